@@ -42,6 +42,7 @@ WINDOW_FIXES = {
     "pair_apart": "so max tokens cannot tell them apart; remove it from the text, or set max tokens to all",
     "truncate": "set max tokens to {n} to truncate",
     "one_image": "give one image (one file in the image box)",
+    "image_needs_model": "open a vision or captioning model first, then the image {name}",
     "image_size": f"set {IMAGE_SIZE}",
     "image_size_file": f"set {IMAGE_SIZE} or fix the file",
     "image_stat": "choose a preset beside normalise",

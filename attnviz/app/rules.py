@@ -12,6 +12,7 @@ from attnviz.runtime.folder import CORPUS_FILES, is_corpus_results
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 if TYPE_CHECKING:
+    from attnviz.core.setting_words import Wording
     from attnviz.runtime.protocol import AttnModel
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")  # what soundfile reads (runtime/audio.load_audio)
@@ -131,11 +132,14 @@ def check_runnable(model: AttnModel | None) -> None:
         raise AttnvizError(f"{model_name(model)}: no attention to show — {no_attention_reason(model)}")
 
 
-def check_image_model(model: AttnModel | None, image) -> None:
-    """An image opened on its own needs a vision or captioning model."""
+def check_image_model(model: AttnModel | None, image, wording: Wording | None = None) -> None:
+    """An image opened on its own needs a vision or captioning model (``wording``: who is told, the window or the
+    command line, `attnviz open cat.png`, which has no model to open it first)."""
+    from attnviz.core.setting_words import fix
+
     name = Path(image).name
     if model is None:
-        raise AttnvizError(f"open a vision or captioning model first, then the image {name}", param="image")
+        raise AttnvizError(fix("image_needs_model", wording, name=name), param="image")
     if not (model_kind(model) or "vision").startswith("vision"):
         raise AttnvizError(
             f"{model_name(model)} takes text, not images; open a vision or captioning model for {name}",

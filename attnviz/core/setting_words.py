@@ -61,6 +61,8 @@ FIXES = {
     "pair_apart": "so --max-tokens cannot tell them apart; remove it from the text, or leave out --max-tokens",
     "truncate": "use --max-tokens {n} to truncate",
     "one_image": "give one image (--image once)",
+    # an image opened with no model (`attnviz open cat.png`; the window: an image dropped before any model)
+    "image_needs_model": "an image is opened by a vision or captioning model: attnviz open MODEL.onnx --image {name}",
     "image_size": "give --image-size H W",
     "image_size_file": "give --image-size or fix the file",
     "image_stat": "give --image-{key}",

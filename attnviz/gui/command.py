@@ -20,7 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model",
         nargs="?",
-        help="ONNX model, image, .npz attention maps or an attnviz corpus results folder (default: bundled demo model)",
+        help="ONNX model, .npz attention maps or an attnviz corpus results folder (default: bundled demo model); an "
+        "image goes in --image",
     )
     p.add_argument("--text", help="input text")
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")

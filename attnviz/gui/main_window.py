@@ -518,7 +518,7 @@ class MainWindow(QMainWindow):
 
     def open_image(self, path) -> None:
         try:
-            rules.check_image_model(self.session.model, path)
+            rules.check_image_model(self.session.model, path, self.wording)
         except AttnvizError as e:
             self.show_error(str(e), param=e.param)
             return

@@ -83,9 +83,14 @@ def test_refusals_are_one_line_naming_what_to_do():
     with pytest.raises(AttnvizError, match="^mlp.onnx: no attention to show — the graph has no Softmax$"):
         rules.check_runnable(mlp)
     rules.check_runnable(_model("encoder"))
+    from attnviz.app.fields import WINDOW
+
     with pytest.raises(AttnvizError, match="open a vision or captioning model first, then the image cat.png") as e:
-        rules.check_image_model(None, "/x/cat.png")
+        rules.check_image_model(None, "/x/cat.png", WINDOW)
     assert e.value.param == "image"
+    # the command line has no model to open first (`attnviz open cat.png`): it says how to give both
+    with pytest.raises(AttnvizError, match=r"vision or captioning model: attnviz open MODEL.onnx --image cat.png$"):
+        rules.check_image_model(None, "/x/cat.png")
     with pytest.raises(AttnvizError, match="bert.onnx takes text, not images"):
         rules.check_image_model(_model("encoder", path="bert.onnx"), "/x/cat.png")
     rules.check_image_model(_model("vision-decoder"), "/x/cat.png")

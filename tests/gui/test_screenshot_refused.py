@@ -47,6 +47,19 @@ def test_a_refused_screenshot_writes_nothing(tmp_path, model, flags, said):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.png"]  # no temporary file left beside it either
 
 
+def test_an_image_alone_says_how_to_give_a_model_too(tmp_path):
+    """`attnviz open cat.png` (the help listed an image among what `open` takes): the window's "open a vision or
+    captioning model first, then the image" has no first step on the command line; the line says how to give both."""
+    image = ROOT / "resources" / "samples" / "captioning.png"
+    shot = tmp_path / "x.png"
+    code, err = run_cli("open", image, "--screenshot", shot, env={"QT_QPA_PLATFORM": "offscreen"})
+    assert code == 2 and err.strip().splitlines() == [
+        "attnviz: error: an image is opened by a vision or captioning model: attnviz open MODEL.onnx --image "
+        "captioning.png"
+    ]
+    assert not shot.exists()
+
+
 def test_figure_refuses_the_same_views(tmp_path, capsys):
     """The window's refusals above match the figure command's: neither draws a view the result cannot show."""
     from attnviz.cli import main
