@@ -156,13 +156,10 @@ class Trainer:
         prev = None if restart else ckpt.load_state(self.out)
         if prev is not None:
             where = self.out / ckpt.STATE
-            if (
-                prev.get("task") != self.task.name
-                or prev.get("model") != self.mcfg.to_dict()
-                or _strip(prev.get("train")) != _strip(self.tcfg.to_dict())
-            ):
+            differ = _differences(prev, self.task.name, self.mcfg.to_dict(), _strip(self.tcfg.to_dict()))
+            if differ:
                 raise AttnvizError(
-                    f"{self.out} holds a run with a different task or configuration ({where}); "
+                    f"{self.out} holds a run with a different task or configuration ({where}: {differ}); "
                     f"pass --restart to overwrite it or choose another --out"
                 )
             if prev.get("finished") and (self.exported is None or (self.out / self.exported).exists()):
@@ -320,6 +317,17 @@ class Trainer:
 
 def _strip(train: dict | None) -> dict:
     return {k: v for k, v in (train or {}).items() if k not in _RESUME_FREE}
+
+
+def _differences(prev: dict, task: str, model: dict, train: dict, most: int = 3) -> str:
+    """What a run folder's checkpoint.json holds against this command's run, "steps 30, now 40": the refusal said
+    only "a different task or configuration", and `--steps 40` on a finished 30-step run read as a riddle."""
+    said = [f"task {prev.get('task')}, now {task}"] if prev.get("task") != task else []
+    for old, new in ((prev.get("model") or {}, model), (_strip(prev.get("train")), train)):
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                said.append(f"{key} {old.get(key)!r}, now {new.get(key)!r}")
+    return "; ".join(said[:most]) + (f"; and {len(said) - most} more" if len(said) > most else "")
 
 
 def train(task, mcfg: ModelConfig, tcfg: TrainConfig, out=None, restart: bool = False) -> Iterator[Progress]:

@@ -76,9 +76,12 @@ def test_resume_refuses_other_config(tmp_path):
     gen = Trainer(task, mc, tc, out=tmp_path).events()
     next(gen)
     gen.close()
-    tc.lr = tc.lr * 2
-    with pytest.raises(AttnvizError, match="different task or configuration"):
+    lr = tc.lr
+    tc.lr = lr * 2
+    with pytest.raises(AttnvizError, match="different task or configuration") as e:
         Trainer(task, mc, tc, out=tmp_path)
+    # and says what differs, as checkpoint.json holds it against this run (audit25: "--steps 40" read as a riddle)
+    assert f"({tmp_path / ckpt.STATE}: lr {lr!r}, now {lr * 2!r})" in str(e.value)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "json"])
