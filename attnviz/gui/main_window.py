@@ -407,7 +407,7 @@ class MainWindow(QMainWindow):
         if os.environ.get("ATTNVIZ_DEBUG") and getattr(exc, "__attnviz_traceback__", None):
             print(exc.__attnviz_traceback__)
         if kind == "run" and getattr(exc, "limit", None) is not None:  # runtime.limits.InputTooLong
-            self.offer_truncation(exc.n, exc.limit)
+            self.offer_truncation(exc.n, exc.limit, error_text(exc))
             return
         text = error_text(exc)
         if kind == "run":
@@ -424,9 +424,12 @@ class MainWindow(QMainWindow):
                 getattr(w, sig).connect(lambda *_a, w=w: w.setStyleSheet(""))
                 break
 
-    def offer_truncation(self, n: int, limit) -> None:
-        """A text longer than the model's positions: say so and offer to run on the first tokens that fit."""
-        box = self.show_error(f"{n} tokens; this model's positions stop at {limit.tokens} ({limit.source}).")
+    def offer_truncation(self, n: int, limit, text: str) -> None:
+        """A text longer than the model's positions: say so (``text``, the refusal as the run worded it: what was too
+        long and the fix, "set max tokens to 16", or for `open --screenshot` the flag) and offer to run on the first
+        tokens that fit.  It said "N tokens; ... stop at 16 (...)." alone, so `open --screenshot`'s line named no fix
+        and the window dropped what was long ("the text pair (decoder side)")."""
+        box = self.show_error(text)
         self.session.set_run_note(
             f"The run stopped: {n} tokens, and this model's positions stop at {limit.tokens}. Truncate from the "
             f"message, or set max tokens to {limit.tokens} and press Run."

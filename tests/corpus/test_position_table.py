@@ -82,8 +82,9 @@ def test_extract_and_open_refuse_a_longer_text_in_one_line(planted, tmp_path, ca
         argv, capture_output=True, text=True, timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     )
     assert r.returncode == 2
-    assert (
-        r.stderr.strip() == "attnviz: error: 42 tokens; this model's positions stop at 24 (position table pos_table)."
+    assert r.stderr.strip() == (  # the flag that fixes it, as extract's line names it (it named none: audit25)
+        "attnviz: error: 42 tokens; this model's positions stop at 24 (position table pos_table); use --max-tokens 24 "
+        "to truncate"
     )
 
 

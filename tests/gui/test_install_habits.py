@@ -86,7 +86,11 @@ def test_too_long_text_offers_truncation_and_reruns(qtbot, window, files, monkey
     window.inputs.set_values(text="one two three four five six seven", generate=0)
     with qtbot.waitSignal(window.error_shown, timeout=20000) as sig:
         window.run_analysis()
-    assert sig.args[0] == "9 tokens; this model's positions stop at 4 (position table pos.weight)."
+    # the fix in the window's words (the field, beside the Truncate button), as the CLI names its flag
+    assert (
+        sig.args[0]
+        == "9 tokens; this model's positions stop at 4 (position table pos.weight); set max tokens to 4 to truncate"
+    )
     assert "--max-tokens" not in sig.args[0]  # no flag the window lacks
     button = next(b for b in window.error_box.buttons() if b.text() == "Truncate to 4 tokens")
     with qtbot.waitSignal(window.result_shown, timeout=20000):

@@ -26,7 +26,10 @@ def test_an_overlong_target_is_truncated_from_the_window_as_extract_cuts_it(qtbo
     w.inputs.set_values(text=SOURCE, text_pair=TARGET, generate=0)
     with qtbot.waitSignal(w.error_shown, timeout=30000) as sig:
         w.run_analysis()
-    assert sig.args[0] == f"{len(tgt.ids) + 1} tokens; this model's positions stop at 128 (training config max_len)."
+    assert sig.args[0] == (  # what was too long, as extract says it, and the fix in the window's words
+        f"the text pair (decoder side): {len(tgt.ids) + 1} tokens; this model's positions stop at 128 (training "
+        "config max_len); set max tokens to 128 to truncate"
+    )
     button = next(b for b in w.error_box.buttons() if b.text() == "Truncate to 128 tokens")
     with qtbot.waitSignal(w.result_shown, timeout=30000):
         button.click()
