@@ -142,6 +142,10 @@ def main(argv: list[str] | None = None, *, leave: bool = False) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # plain `attnviz` (or `attnviz MODEL.onnx --text ...`, `attnviz --screenshot x.png`): the app
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        meant = _misspelt_command(argv[0]) if argv else None
+        if meant is not None:
+            print(f"attnviz: error: {meant}", file=sys.stderr)
+            return 2
         argv = ["open", *argv]
     parser = build_parser(argv[0] if argv[0] in COMMANDS else None)
     # argparse reports a subcommand's unknown flags with the top-level usage ("COMMAND ..."), which does not say
@@ -166,6 +170,20 @@ def main(argv: list[str] | None = None, *, leave: bool = False) -> int:
     if at_once:
         _leave_at_once(code)
     return code
+
+
+def _misspelt_command(word: str) -> str | None:
+    """The line for a first word that is no file and nearly a command's name (`attnviz inspct MODEL`), else None.
+    It was taken as a model for `open`, whose argparse then said "attnviz open: error: unrecognized arguments: MODEL",
+    naming neither the typo nor the command meant (audit25)."""
+    import difflib
+
+    if word.startswith("-") or "/" in word or "." in word or os.path.exists(word):
+        return None
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.75)
+    if not close:
+        return None
+    return f"no command '{word}'; did you mean 'attnviz {close[0]}'? (commands: {', '.join(COMMANDS)})"
 
 
 def script() -> int:

@@ -68,3 +68,30 @@ def test_flags_that_take_several_still_do(tmp_path, capsys):
     command stops at the model with its own line)."""
     assert main(["extract", str(tmp_path / "m.onnx"), "--image", "a.png", "--image", "b.png", "--out", "o.npz"]) == 2
     assert "given twice" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("inspct", "inspect"), ("extrct", "extract"), ("corpsu", "corpus")])
+def test_a_misspelt_command_is_named_with_the_one_meant(typed, meant, tmp_path, monkeypatch, capsys):
+    """`attnviz inspct MODEL` became `open inspct MODEL`, and argparse said "attnviz open: error: unrecognized
+    arguments: MODEL", naming neither the typo nor the command (audit25).  The suggestion is a real command."""
+    from attnviz.cli import build_parser
+
+    monkeypatch.chdir(tmp_path)  # no file of that name here
+    assert main([typed, "model.onnx"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"attnviz: error: no command '{typed}'; did you mean 'attnviz {meant}'?")
+    assert meant in build_parser(meant)._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+
+
+def test_a_word_near_no_command_or_a_file_of_that_name_still_opens(tmp_path, monkeypatch, capsys):
+    """Only a near miss of a command's name is refused: another word is a model for `open` (which names the Hub's
+    way for it), and a file or folder called like a command's misspelling is left to `open` as before."""
+    from attnviz.cli import _misspelt_command
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["nonsense"]) == 2
+    assert "no such file or folder here" in capsys.readouterr().err
+    assert _misspelt_command("inspct") is not None
+    (tmp_path / "inspct").mkdir()
+    assert _misspelt_command("inspct") is None
+    assert _misspelt_command("model.onnx") is None and _misspelt_command("--text") is None
