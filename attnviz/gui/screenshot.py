@@ -61,7 +61,8 @@ class ScreenshotTaker:
             self._waits += 1
             QTimer.singleShot(BUSY_POLL_MS, self._take)
             return
-        why = view.reason() if self.view and widget is None and hasattr(view, "reason") else None
+        reason = getattr(view, "reason", None) if self.view and widget is None else None
+        why = reason() if reason is not None else None
         if why:
             # `--view alignment` of an encoder saved the view's "Alignment needs cross-attention" and exit 0, where
             # `figure --view alignment` refuses: the picture asked for is not there, so nothing is saved
