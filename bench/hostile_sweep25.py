@@ -356,6 +356,73 @@ def main() -> None:
                      ["corpus", MT, "--texts", corp, "--out", d, "--no-progress"], IN, expect="clean")  # fmt: skip
             (d / "checkpoint.npz").exists() and print("  checkpoint present")
 
+    # ---- Ctrl-C mid-run of the other long commands: no orphan, no traceback, earlier outputs whole -------------
+    def interrupt_case(label: str, argv: list, outdir: Path, after_s: float = 5.0, sig=signal.SIGINT) -> None:
+        flt = sys.argv[1] if len(sys.argv) > 1 else ""
+        if flt and flt.lower() not in f"interrupt {label}".lower():
+            return
+        before = tree_hashes(outdir) if outdir.exists() else {}
+        env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+        p = subprocess.Popen([sys.executable, "-m", "attnviz.cli", *map(str, argv)], env=env,
+                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(after_s)
+        running = p.poll() is None
+        os.kill(p.pid, sig)
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            _, err = p.communicate()
+        time.sleep(1.0)
+        left = hs.session_members(p.pid)
+        for q in left:
+            os.kill(q, signal.SIGKILL)
+        after = tree_hashes(outdir) if outdir.exists() else {}
+        problems = []
+        if not running:
+            problems.append("finished before the signal (not a test)")
+        if left:
+            problems.append(f"ORPHANS {left}")
+        if "Traceback" in err:
+            problems.append("Traceback")
+        replaced = sorted(Path(k).name for k in before if before[k] != after.get(k))
+        if replaced:
+            problems.append(f"earlier outputs changed {replaced}")
+        half = sorted(Path(k).name for k in after if k not in before and ".tmp" in k)
+        if half:
+            problems.append(f"temp files left {half}")
+        lines = [ln for ln in err.splitlines() if ln.strip() and "%|" not in ln]
+        print(f"{'FAIL' if problems else 'ok  '} [interrupt] {label}: rc={p.returncode} {problems} "
+              f"{lines[-1][:200] if lines else ''}", flush=True)  # fmt: skip
+        RESULTS.append(dict(group="interrupt", label=label, rc=p.returncode, problems=problems,
+                            line=lines[-1][:300] if lines else "", argv=" ".join(map(str, argv))))  # fmt: skip
+
+    icorp = IN / "icorp.txt"
+    icorp.write_text("".join(" ".join(str((i * k) % 10) for k in range(1, 9)) + "\n" for i in range(100000)))
+    small = IN / "small.txt"
+    small.write_text("".join(" ".join(str((i * k) % 10) for k in range(1, 9)) + "\n" for i in range(50)))
+    for sig_name, sig in (("SIGINT", signal.SIGINT), ("SIGTERM", signal.SIGTERM)):
+        d = OUT / f"cmp-{sig_name}"
+        cli("compare", TEXT, TEXT, "--texts", small, "--out", d, "--no-progress")
+        interrupt_case(f"compare --texts, {sig_name} over earlier results",
+                       ["compare", TEXT, TEXT, "--texts", icorp, "--out", d, "--no-progress"], d, sig=sig)  # fmt: skip
+        d = OUT / f"abl-{sig_name}"
+        cli("ablate", TEXT, "--all-heads", "--texts", small, "--out", d, "--no-progress")
+        interrupt_case(f"ablate --all-heads --texts, {sig_name} over earlier results",
+                       ["ablate", TEXT, "--all-heads", "--texts", icorp, "--out", d, "--no-progress"], d,
+                       sig=sig)  # fmt: skip
+        d = OUT / f"train-{sig_name}"
+        interrupt_case(f"train (demo preset), {sig_name}", ["train", "toy-reverse", "--out", d, "--quiet"], OUT / "nope",
+                       after_s=8, sig=sig)  # fmt: skip
+        if d.exists():
+            run_case("interrupt", f"train resumed after {sig_name}", ["train", "toy-reverse", "--out", d, "--quiet",
+                                                                       "--steps", "5"], IN, expect="clean")  # fmt: skip
+        d = OUT / f"align-{sig_name}"
+        (IN / f"asrc-{sig_name}.txt").write_text("μακάριοι οἱ πτωχοὶ\n" * 20000)
+        interrupt_case(f"align (translations), {sig_name}", ["align", MT, "--src", IN / f"asrc-{sig_name}.txt",
+                                                            "--out", d / "a.txt", "--no-progress"], d,
+                       sig=sig)  # fmt: skip
+
     # ---- figure recipes ---------------------------------------------------------------------------------------
     G = "recipe"
     rdir = IN / "rec"

@@ -3,6 +3,10 @@ naming the input and the fix, exit code 2, the folder unchanged.
 
 * A gold word alignment (``align --gold``, ``corpus --gold-column``) with a 5,000-digit word index, or a digit
   ``str.isdigit`` passes and ``int`` refuses (``0-²``), was an internal error (exit 1, ValueError).
+* ``kill PID`` (SIGTERM: a scheduler's stop, ``timeout``) of ``attnviz corpus`` ended it on the spot: its
+  multiprocessing resource tracker then printed "There appear to be 5 leaked semaphore objects to clean up" on the
+  user's terminal.  SIGTERM now stops every command but the window as Ctrl-C does: one line, exit 143, workers
+  stopped and joined, nothing published.
 * A hand-edited recipe's 1 MB ``view.title`` (or ``--title``) ran about two minutes in matplotlib's layout before
   a figure came out; a title is now at most 1,000 characters.
 """
@@ -11,6 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -128,3 +136,35 @@ def test_a_title_at_the_cap_is_drawn(tmp_path):
     assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main([*args, "t" * 1001, "--out", str(tmp_path / "b.png")]) == 2
     assert not (tmp_path / "b.png").exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM and process sessions are POSIX")
+def test_sigterm_of_corpus_stops_it_as_ctrl_c_does(tmp_path):
+    from test_hostile_orphans import GONE_S, _children_until, _env, _left_by
+
+    texts = tmp_path / "digits.txt"
+    texts.write_text("".join(" ".join(str((i * 7 + j) % 10) for j in range(12)) + "\n" for i in range(20000)))
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "attnviz.cli", "corpus", str(TEXT), "--texts", str(texts), "--out", str(out)]
+    argv += ["--batch-size", "1", "--workers", "2", "--no-progress"]
+    parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+        children = _children_until(
+            parent,
+            lambda cmds: sum("spawn_main" in c for c in cmds) >= 2 and any("resource_tracker" in c for c in cmds),
+        )
+        parent.send_signal(signal.SIGTERM)  # the parent alone, as `kill PID` sends it
+        _, err = parent.communicate(timeout=60)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+    assert _left_by(children, time.monotonic() + GONE_S) == []
+    assert "Traceback" not in err and "leaked" not in err and "Warning" not in err, err
+    assert parent.returncode == 128 + signal.SIGTERM and err.strip().splitlines() == [
+        "attnviz: terminated (SIGTERM)"
+    ], (
+        parent.returncode,
+        err,
+    )
+    assert not (out / "heads.parquet").exists()
