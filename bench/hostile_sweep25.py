@@ -367,7 +367,8 @@ def main() -> None:
                              start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         time.sleep(after_s)
         running = p.poll() is None
-        os.kill(p.pid, sig)
+        if running:
+            os.kill(p.pid, sig)
         try:
             _, err = p.communicate(timeout=60)
         except subprocess.TimeoutExpired:
@@ -418,6 +419,8 @@ def main() -> None:
             run_case("interrupt", f"train resumed after {sig_name}", ["train", "toy-reverse", "--out", d, "--quiet",
                                                                        "--steps", "5"], IN, expect="clean")  # fmt: skip
         d = OUT / f"align-{sig_name}"
+        d.mkdir()
+        (d / "a.txt").write_text("0-0\n")  # an earlier alignment: an interrupted run must leave it whole
         (IN / f"asrc-{sig_name}.txt").write_text("μακάριοι οἱ πτωχοὶ\n" * 20000)
         interrupt_case(f"align (translations), {sig_name}", ["align", MT, "--src", IN / f"asrc-{sig_name}.txt",
                                                             "--out", d / "a.txt", "--no-progress"], d,
