@@ -168,3 +168,23 @@ def test_sigterm_of_corpus_stops_it_as_ctrl_c_does(tmp_path):
         err,
     )
     assert not (out / "heads.parquet").exists()
+
+
+def test_a_sigterm_inside_a_held_block_is_raised_when_the_block_ends():
+    """core.interrupts.held keeps a block whole (a pool recording the worker it spawned, outputs published
+    together) against a SIGTERM raised as an interrupt too, as it does against Ctrl-C."""
+    import os
+
+    from attnviz.core.interrupts import Terminated, held, terminate_as_interrupt
+
+    previous = terminate_as_interrupt()
+    assert previous is not None  # pytest leaves SIGTERM at its default
+    done = []
+    try:
+        with pytest.raises(Terminated):
+            with held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                done.append("the rest of the block")
+        assert done == ["the rest of the block"]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

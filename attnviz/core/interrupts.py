@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 
@@ -20,7 +21,7 @@ class Terminated(KeyboardInterrupt):
 TERMINATED_EXIT = 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM ended
 
 
-def raise_terminated(signum, frame) -> None:
+def raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated()
 
 
@@ -46,18 +47,21 @@ def held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handlers = {sig: signal.getsignal(sig) for sig in _HELD}
-    handlers = {sig: h for sig, h in handlers.items() if callable(h)}
+    handlers: dict[signal.Signals, Callable[[int, FrameType | None], Any]] = {}
+    for held_sig in _HELD:
+        h = signal.getsignal(held_sig)
+        if callable(h):
+            handlers[held_sig] = h
     if not handlers:
         yield
         return
     caught: list = []
-    for sig in handlers:
-        signal.signal(sig, lambda *signal_and_frame: caught.append(signal_and_frame))
+    for held_sig in handlers:
+        signal.signal(held_sig, lambda *signal_and_frame: caught.append(signal_and_frame))
     try:
         yield
     finally:
-        for sig, h in handlers.items():
-            signal.signal(sig, h)
+        for held_sig, h in handlers.items():
+            signal.signal(held_sig, h)
         if caught:
-            handlers[caught[0][0]](*caught[0])
+            handlers[signal.Signals(caught[0][0])](*caught[0])
