@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from attnviz import AttnvizError, __version__
+from attnviz.core.interrupts import TERMINATED_EXIT, Terminated, terminate_as_interrupt
 from attnviz.core.leaving import set_leaves_at_once
 from attnviz.core.limits import set_memory_cap
 from attnviz.core.writes import command_scope
@@ -107,7 +108,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             help="refuse a run whose memory, estimated from shapes before it starts, is over GB "
             "(default: half of this machine's RAM; also ATTNVIZ_MAX_MEMORY)",
         )
-        sp.set_defaults(_run=mod.run, _parser=sp, _leaves_at_once=getattr(mod, "LEAVES_AT_ONCE", False))
+        sp.set_defaults(
+            _run=mod.run,
+            _parser=sp,
+            _leaves_at_once=getattr(mod, "LEAVES_AT_ONCE", False),
+            _own_signals=getattr(mod, "OWN_SIGNALS", False),
+        )
     return p
 
 
@@ -217,6 +223,8 @@ def _run_command(args: argparse.Namespace) -> int:
     # names, metadata and messages come from files written by strangers: no terminal escape codes get through
     sys.stdout, sys.stderr = TerminalSafe(out), TerminalSafe(err)
     interrupts, previous = _count_interrupts()
+    # `kill PID` stops a command as Ctrl-C does, its workers with it (a window handles its signals in its own loop)
+    previous_term = None if getattr(args, "_own_signals", False) else terminate_as_interrupt()
     try:
         set_memory_cap(args.max_memory)  # before any model opens: child processes inherit it
         with command_scope():  # the inputs a command declares (core.writes.guard) are its own
@@ -224,6 +232,9 @@ def _run_command(args: argparse.Namespace) -> int:
     except AttnvizError as e:
         print(one_line(error_line(e)), file=sys.stderr)
         return 2
+    except Terminated:
+        print("attnviz: terminated (SIGTERM)", file=sys.stderr)
+        return TERMINATED_EXIT
     except KeyboardInterrupt:
         print("attnviz: interrupted", file=sys.stderr)
         return 130
@@ -259,6 +270,8 @@ def _run_command(args: argparse.Namespace) -> int:
         sys.stdout, sys.stderr = out, err
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
 
 
 def _count_interrupts() -> tuple[list[int], Any]:

@@ -384,6 +384,9 @@ def format_aer_table(table: dict) -> str:
 # Pharaoh files
 
 
+_MAX_INDEX_DIGITS = 9  # a word index of a sentence: 10^9 words is past any text a model reads
+
+
 class PharaohError(ValueError):
     """A malformed Pharaoh line; the message names the line and the bad item."""
 
@@ -394,9 +397,17 @@ def parse_pharaoh(line: str, where: str = "") -> tuple[set[Link], set[Link]]:
     possible: set[Link] = set()
     for item in line.split():
         sep = "-" if "-" in item else "?" if "?" in item else None
+        named = item if len(item) <= 40 else item[:40] + "…"
         parts = item.split(sep) if sep else []
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise PharaohError(f"{where}'{item}' is not a Pharaoh link (expected i-j or i?j, 0-based word indices)")
+        # ASCII digits only: str.isdigit() also passes '²' and other digits int() refuses (a ValueError that is
+        # no PharaohError); and a bounded count, as int() refuses past 4,300 digits and no sentence has 10^9 words
+        if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
+            raise PharaohError(f"{where}'{named}' is not a Pharaoh link (expected i-j or i?j, 0-based word indices)")
+        if any(len(p) > _MAX_INDEX_DIGITS for p in parts):
+            raise PharaohError(
+                f"{where}'{named}' names a word index over {_MAX_INDEX_DIGITS} digits long; "
+                "give 0-based word indices of the sentence"
+            )
         (sure if sep == "-" else possible).add((int(parts[0]), int(parts[1])))
     return sure, possible
 

@@ -5,27 +5,63 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM (``kill PID``, a scheduler's or ``timeout``'s stop) raised as a Ctrl-C is, so a command stops the
+    same way: its pool's workers stopped and joined, its semaphores released, no partial output published.  Python's
+    default for SIGTERM is to die on the spot, and a corpus run's resource tracker then printed "There appear to be 5
+    leaked semaphore objects" on the user's terminal."""
+
+
+TERMINATED_EXIT = 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM ended
+
+
+def raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+def terminate_as_interrupt() -> Any:
+    """From here SIGTERM raises :class:`Terminated` in the main thread; returns the handler to restore (None where
+    nothing was set: off the main thread, or SIGTERM already ignored or handled by a caller)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+    return signal.signal(signal.SIGTERM, raise_terminated)
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
 def held() -> Iterator[None]:
-    """A Ctrl-C meanwhile is raised when the block ends, by the handler it would have run (the command's counting
-    one, or Python's own); only in the main thread, where Python runs the handlers, and only where a Python handler
-    is set (an ignored SIGINT stays ignored).  Not for a block that may wait long: a second Ctrl-C is held too."""
+    """A Ctrl-C (or a SIGTERM the command raises as one) meanwhile is raised when the block ends, by the handler it
+    would have run (the command's counting one, or Python's own); only in the main thread, where Python runs the
+    handlers, and only where a Python handler is set (an ignored SIGINT stays ignored, a SIGTERM left at its default
+    still ends the process).  Not for a block that may wait long: a second Ctrl-C is held too."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handler = signal.getsignal(signal.SIGINT)
-    if not callable(handler):
+    handlers: dict[signal.Signals, Callable[[int, FrameType | None], Any]] = {}
+    for held_sig in _HELD:
+        h = signal.getsignal(held_sig)
+        if callable(h):
+            handlers[held_sig] = h
+    if not handlers:
         yield
         return
     caught: list = []
-    signal.signal(signal.SIGINT, lambda *signal_and_frame: caught.append(signal_and_frame))
+    for held_sig in handlers:
+        signal.signal(held_sig, lambda *signal_and_frame: caught.append(signal_and_frame))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, handler)
+        for held_sig, h in handlers.items():
+            signal.signal(held_sig, h)
         if caught:
-            handler(*caught[0])
+            handlers[signal.Signals(caught[0][0])](*caught[0])

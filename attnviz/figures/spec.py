@@ -80,6 +80,9 @@ STYLE_FIELDS = tuple(
 )
 
 
+MAX_TITLE_CHARS = 1000  # a figure title, a line or a few; far past any caption a page can hold
+
+
 def check_style(st) -> None:
     """The style fields of a FigureStyle or a FigureSpec; AttnvizError naming the fix."""
     if st.width is not None and st.width not in WIDTH_PRESETS:
@@ -92,6 +95,12 @@ def check_style(st) -> None:
         raise AttnvizError(f"font size {st.font_size} is out of range; use 3..30 pt")
     if st.vmax is not None and not float(st.vmax) > 0:
         raise AttnvizError(f"vmax {st.vmax} must be > 0")
+    if st.title is not None and len(st.title) > MAX_TITLE_CHARS:
+        # matplotlib lays a title out glyph by glyph: a hand-edited recipe's 1 MB title ran two minutes, not drawn
+        raise AttnvizError(
+            f"title of {len(st.title):,} characters is too long to draw; give at most {MAX_TITLE_CHARS:,} (see --title)",
+            param="title",
+        )
 
 
 @dataclass

@@ -13,6 +13,9 @@ from attnviz.runtime.request import AnalyzeRequest
 
 MAX_WINDOW_SIDE = 16384  # pixels a side of the window --size asks for (a 1 GB screenshot at most)
 
+# Qt's loop runs the window: a SIGTERM raised as an exception in whichever slot ran next would not stop it cleanly
+# (the CLI raises SIGTERM as a Ctrl-C in every other command); it ends the window as it always did
+OWN_SIGNALS = True
 HELP = "open the desktop app on an ONNX model (default: the bundled demo) and explore its attention"
 
 

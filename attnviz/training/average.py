@@ -52,3 +52,26 @@ def average_weights(files: Sequence[str | Path]) -> dict:
     assert total is not None
     ref = ckpt.read_weights(first)  # the dtype each tensor had
     return {k: (v / len(files)).to(ref[k].dtype) if v.is_floating_point() else v for k, v in total.items()}
+
+
+def check_fits(weights: dict, model, files: Sequence[str | Path], run: str | Path) -> None:
+    """AttnvizError unless ``weights`` (:func:`average_weights` of ``files``) are tensors of ``run``'s model, name
+    for name and shape for shape: checkpoints of another run (another task or size) reached torch's
+    load_state_dict, whose RuntimeError listing every missing key was an internal error."""
+    own = model.state_dict()
+    missing = sorted(own.keys() - weights.keys())
+    extra = sorted(weights.keys() - own.keys())
+    shapes = [k for k in own.keys() & weights.keys() if tuple(own[k].shape) != tuple(weights[k].shape)]
+    if missing:
+        why = f"it has no {missing[0]}"
+    elif extra:
+        why = f"it has a {extra[0]} the run's model lacks"
+    elif shapes:
+        k = shapes[0]
+        why = f"its {k} is {list(weights[k].shape)}, the run's {list(own[k].shape)}"
+    else:
+        return
+    raise AttnvizError(
+        f"{files[0]} is not a checkpoint of the run in {run} ({why}); average checkpoints of that run "
+        "(its checkpoint.safetensors, best.safetensors, snapshots/)"
+    )

@@ -97,7 +97,41 @@ def load_state(out: Path) -> dict | None:
     # a checkpoint.json holding null or a list must not read as "no checkpoint" (that silently retrained over it)
     if not isinstance(state, dict) or not isinstance(state.get("step"), int) or state["step"] < 0:
         raise AttnvizError(f"checkpoint {p} is corrupt (no step count in it); delete it or pass --restart") from None
+    why = _state_problem(state)
+    if why:
+        raise AttnvizError(f"checkpoint {p} is corrupt ({why}); delete it or pass --restart")
     return state
+
+
+def _state_problem(state: dict) -> str | None:
+    """What is wrong with the fields a resumed run uses (a hand-edited or damaged checkpoint.json), or None.  Each
+    reached the loop as an internal error: ``"losses": "x"`` an IndexError, ``"best": [1]`` a TypeError, a best
+    without its step a KeyError."""
+    from attnviz.core.json_types import fits, shown
+
+    def number(x) -> bool:  # NaN included: a diverged run's losses and best value are NaN, and resume as such
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    losses = state.get("losses", [])
+    if not (
+        isinstance(losses, list) and all(isinstance(p, list) and len(p) == 2 and all(map(number, p)) for p in losses)
+    ):
+        return f"its losses are {shown(losses)}, not a list of [step, loss] pairs"
+    best = state.get("best")
+    if best is not None and not (
+        isinstance(best, dict)
+        and fits(best.get("step"), int)
+        and best["step"] >= 0
+        and number(best.get("value"))
+        and fits(best.get("key"), str)
+        and isinstance(best.get("metrics"), dict)
+    ):
+        return f"its best is {shown(best)}, not a best validation step (step, value, key, metrics)"
+    if state.get("metrics") is not None and not isinstance(state["metrics"], dict):
+        return f"its metrics are {shown(state['metrics'])}, not an object"
+    if not fits(state.get("finished", False), bool):
+        return f"its finished is {shown(state['finished'])}, not true or false"
+    return None
 
 
 def load_tensors(out: Path, model, optimizer, step: int) -> None:

@@ -99,3 +99,35 @@ def test_average_command_errors_are_one_line(tmp_path, capsys):
     assert main(["average", str(tmp_path), "--weights", "a", "b"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("attnviz: error:") and "not a finished" in err and len(err.splitlines()) == 1
+
+
+def test_average_command_refuses_checkpoints_of_another_run_in_one_line(tmp_path, capsys):
+    """Checkpoints that agree with each other but not with RUN's model (another task's or size's run) reached
+    torch's load_state_dict: an internal error (exit 1) listing every missing key.  One line now, naming the file
+    and the first tensor that differs, nothing written."""
+    task, mcfg, tcfg = _tiny_run(tmp_path, steps=2, snapshot_every=1)
+    run = tmp_path / "run"
+    for _ in Trainer(task, mcfg, tcfg, out=run).events():
+        pass
+    from attnviz.training.export import export
+
+    export(Trainer(task, mcfg, tcfg).model, task, mcfg, tcfg, run / "model.onnx")
+    own = ckpt.read_weights(ckpt.snapshot_path(run, 1))
+    name = sorted(own)[0]
+    stranger = {"model.w": torch.zeros(2)}  # another model's tensors: the run's model has no 'w'
+    wider = {f"model.{k}": v for k, v in own.items()}
+    wider[f"model.{name}"] = torch.zeros(*own[name].shape[:-1], own[name].shape[-1] + 1)  # one tensor reshaped
+    for case, (tensors, words) in {
+        "stranger": (stranger, ["it has no ", "not a checkpoint of the run in"]),
+        "wider": (wider, [f"its {name} is ", "the run's "]),
+    }.items():
+        files = [tmp_path / f"{case}-{i}.safetensors" for i in (1, 2)]
+        for f in files:
+            save_file(tensors, f)
+        out = tmp_path / f"avg-{case}"
+        capsys.readouterr()
+        assert main(["average", str(run), "--weights", *map(str, files), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"attnviz: error: {files[0]} "), err
+        assert all(w in err[0] for w in words), (words, err)
+        assert not out.exists() or not any(out.iterdir())

@@ -109,3 +109,48 @@ def test_unwritable_output(tmp_path):
     blocker.write_text("x")
     with pytest.raises(AttnvizError, match="cannot write to output folder"):
         Trainer(task, mc, tc, out=blocker / "run")
+
+
+# checkpoint.json fields a resumed run uses, edited by hand or damaged: each reached the loop as an internal error
+# (the IndexError, TypeError or KeyError in the comment) where the run ended or restored its best step
+HAND_EDITED_STATE = {
+    "losses a string": ("losses", "x", "its losses are"),  # IndexError: self.losses[-1][1]
+    "a loss a string": ("losses", [[1, "x"]], "its losses are"),  # written back into every later checkpoint
+    "best a list": ("best", [1, 2], "its best is"),  # TypeError: self.best["step"]
+    "best without its step": ("best", {"value": 1.0, "key": "loss", "metrics": {}}, "its best is"),  # KeyError
+    "best step negative": ("best", {"step": -1, "value": 1.0, "key": "loss", "metrics": {}}, "its best is"),
+    "metrics a number": ("metrics", 5, "its metrics are"),
+    "finished a string": ("finished", "no", "its finished is"),  # "no" is truthy: read as finished
+}
+
+
+@pytest.mark.parametrize("case", list(HAND_EDITED_STATE))
+def test_a_hand_edited_checkpoint_state_is_refused_before_resuming(tmp_path, case):
+    key, value, words = HAND_EDITED_STATE[case]
+    task, mc, tc = _tiny("sequence-classification", steps=6, log_every=1, checkpoint_every=2, validation=8)
+    gen = Trainer(task, mc, tc, out=tmp_path).events()
+    for ev in gen:
+        if ev.step == 3:
+            break
+    gen.close()
+    state = json.loads((tmp_path / ckpt.STATE).read_text())
+    state[key] = value
+    (tmp_path / ckpt.STATE).write_text(json.dumps(state))
+    with pytest.raises(AttnvizError, match=f"checkpoint .*{ckpt.STATE} is corrupt \\({words}") as e:
+        list(Trainer(task, mc, tc, out=tmp_path).events())
+    assert "delete it or pass --restart" in str(e.value)
+
+
+def test_a_checkpoint_state_with_nan_losses_still_resumes(tmp_path):
+    """A diverged run's losses (and best value) are NaN, as JSON writes them: the check passes them."""
+    task, mc, tc = _tiny("sequence-classification", steps=6, log_every=1, checkpoint_every=2)
+    gen = Trainer(task, mc, tc, out=tmp_path).events()
+    for ev in gen:
+        if ev.step == 3:
+            break
+    gen.close()
+    state = json.loads((tmp_path / ckpt.STATE).read_text())
+    state["losses"] = [[1, float("nan")], *state["losses"][1:]]
+    (tmp_path / ckpt.STATE).write_text(json.dumps(state))
+    events = list(Trainer(task, mc, tc, out=tmp_path).events())
+    assert events[0].message.startswith("resumed from step 3") and events[-1].done

@@ -34,7 +34,7 @@ def run(args) -> int:
     from attnviz import AttnvizError
     from attnviz.core.untrusted import read_json
     from attnviz.training import checkpoint as ckpt
-    from attnviz.training.average import average_weights
+    from attnviz.training.average import average_weights, check_fits
     from attnviz.training.config import ModelConfig, TrainConfig
     from attnviz.training.export import export
     from attnviz.training.loop import Trainer
@@ -71,6 +71,7 @@ def run(args) -> int:
     tcfg.init_from = str(run_dir)  # the run's task state (tokenizers); its weights are replaced below
     tcfg.average_of = [str(Path(f)) for f in args.weights]
     trainer = Trainer(task, mcfg, tcfg)
+    check_fits(weights, trainer.model, args.weights, run_dir)
     trainer.model.load_state_dict(weights, strict=True)
     trainer.model.eval()
     t0 = time.perf_counter()
