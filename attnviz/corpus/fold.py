@@ -241,8 +241,9 @@ def _settled(
     ranks: np.ndarray, base: np.ndarray, nmax: np.ndarray, n: np.ndarray, ids: np.ndarray, kb: int
 ) -> np.ndarray:
     """:func:`ranked` of fold_stats' key (every flip -1) from the session's ``ranks``: the first ``kb`` columns of
-    a row whose first ``kb + 1`` are settled, as they come; any other row's key made here (the same float64 operations, for those rows alone) and
-    lexsorted whole, as :func:`ranked` does with the rows its integer sort does not settle."""
+    a row whose first ``kb + 1`` are settled, as they come; any other row's key made here (the same float64
+    operations, for those rows alone) and lexsorted whole, as :func:`ranked` does with the rows its integer sort
+    does not settle."""
     best = ranks[:, :kb]
     bad = np.flatnonzero(ranks[:, -1] <= kb)
     if not len(bad):
