@@ -50,8 +50,11 @@ HOST = ("stat_feeds", "wrapper", "tail")  # what a worker does per batch besides
 def capture(items: int, every: int) -> Path:
     """Every ``every``-th batch of the planned corpus run once through the statistics session: what the timing needs."""
     from attnviz.core.stats import ROW_STATS  # (a capture of fewer statistics is another file: sink_share made 11)
+    from attnviz.runtime import statfeeds
 
-    out = WORK / f"host_cost_{items}_{every}_s{len(ROW_STATS)}.pkl"
+    # (a session that ranks in the graph, session 25's RANKS, is another file: the old captures lack its output)
+    ranks = "_r" if hasattr(statfeeds, "RANKS") else ""
+    out = WORK / f"host_cost_{items}_{every}_s{len(ROW_STATS)}{ranks}.pkl"
     if out.exists():
         return out
     os.environ["ATTNVIZ_INPROCESS"] = "1"
@@ -102,7 +105,13 @@ def _null_session(batches: list, fetch: list[str]):
     nodes = [
         helper.make_node("Shape", [first], ["shape"]),
         helper.make_node("Slice", ["shape", "zero", "one"], ["b"]),
-        *[helper.make_node("Slice", [f"{n}_all", "zero", "b", "zero"], [n]) for n in fetch],
+        *[
+            # (RANKS is [heads · S, K + 1], not batch-first: the last batch's, whole)
+            helper.make_node("Identity", [f"{n}_all"], [n])
+            if n == "attnviz_stat_ranks"
+            else helper.make_node("Slice", [f"{n}_all", "zero", "b", "zero"], [n])
+            for n in fetch
+        ],
     ]
     inits = const + [numpy_helper.from_array(np.ascontiguousarray(outs[n]), f"{n}_all") for n in fetch]
     out = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(outs[n].dtype), None) for n in fetch]
@@ -143,6 +152,8 @@ def child(capture_path: str, reps: int) -> None:
     red = InGraphReducer.__new__(InGraphReducer)
     red.model, red.exposed, red.groups, red.outputs = None, None, kept["groups"], kept["outputs"]
     k, fetch, batches = kept["k"], kept["fetch"], kept["batches"]
+    if not hasattr(sf, "RANKS"):  # a tree before session 25: its session has no ranks to hand out
+        fetch = [n for n in fetch if n != "attnviz_stat_ranks"]
 
     class _Plan:  # the memory check as it is once a shape has passed (every batch but a shape's first)
         passed: dict = {}

@@ -174,6 +174,7 @@ def fold_stats(
     tokens: int,
     picked: Callable[[Chosen], tuple[np.ndarray, np.ndarray]],
     mult: np.ndarray | None = None,
+    ranks: np.ndarray | None = None,
 ) -> Partial:
     """:func:`fold_items` on the groups' statistics side by side (``groups`` in offset order, tiling the heads):
     per-item sums ``isum [B, NH, S]`` = ``base`` times ``mult`` (``[S]``, ±1 per statistic: the
@@ -185,7 +186,11 @@ def fold_stats(
     that code, kept in tests/corpus/fold_9077fb9.py); with the statistics session's finish, ~0.55 of the host CPU
     of the two (bench/RESULTS.md, session 23 fold23): the ranking key ``-per-item mean`` is made in one pass,
     straight into its [NH·S, B] layout, ranked in batch order (:func:`ranked`: no copy of the batch in item-id
-    order), and the means, rows and keys are computed at the k chosen of each row only, not for every item."""
+    order), and the means, rows and keys are computed at the k chosen of each row only, not for every item.
+
+    ``ranks``: the statistics session's ranking of the same key (runtime/statfeeds.py ``RANKS``, ``[NH·S, K + 1]``:
+    K columns, then how many lead each row settled); a row settled for kb + 1 gives its first kb columns as they
+    come, the others are ranked here (used only where its key is this one's: every flip -1, kb < K <= B)."""
     b, nh, s = base.shape
     kb = min(k, b)
     base = np.ascontiguousarray(base)
@@ -195,13 +200,16 @@ def fold_stats(
     nmax = np.maximum(n, 1)
     # the key -(sign · isum / n) as isum / (-sign · n), ±1 products being exact: the same values (a NaN's sign
     # aside, which no comparison sees); where every head has the same signs, the divisor is [S, B]
-    div = lay.flip[..., None] * nmax.transpose(1, 2, 0)  # [1 or NH, S, B]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        key = np.divide(base.transpose(1, 2, 0), div, order="C")
-    empty = n <= 0  # an item with no counted row ranks last (its mean -inf)
-    if empty.any():
-        np.copyto(key, np.inf, where=empty.transpose(1, 2, 0))
-    best = ranked(key.reshape(nh * s, b), item_ids, kb)  # [NH·S, kb] batch positions
+    if ranks is not None and kb < b and ranks.shape[0] == nh * s and ranks.shape[1] >= kb + 2 and lay.minus:
+        best = _settled(ranks, base, nmax, n, item_ids, kb)  # [NH·S, kb] batch positions
+    else:
+        div = lay.flip[..., None] * nmax.transpose(1, 2, 0)  # [1 or NH, S, B]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            key = np.divide(base.transpose(1, 2, 0), div, order="C")
+        empty = n <= 0  # an item with no counted row ranks last (its mean -inf)
+        if empty.any():
+            np.copyto(key, np.inf, where=empty.transpose(1, 2, 0))
+        best = ranked(key.reshape(nh * s, b), item_ids, kb)  # [NH·S, kb] batch positions
     pos = best.reshape(nh, s, kb).transpose(1, 0, 2)  # [S, NH, kb]
     flat = pos * (nh * s) + lay.at_hs
     # each chosen mean by the float64 operations the fold made over every item: isum, times the sign, / n
@@ -227,6 +235,28 @@ def fold_stats(
         top_row,
         top_col,
     )
+
+
+def _settled(
+    ranks: np.ndarray, base: np.ndarray, nmax: np.ndarray, n: np.ndarray, ids: np.ndarray, kb: int
+) -> np.ndarray:
+    """:func:`ranked` of fold_stats' key (every flip -1) from the session's ``ranks``: the first ``kb`` columns of
+    a row whose first ``kb + 1`` are settled, as they come; any other row's key made here (the same float64
+    operations, for those rows alone) and lexsorted whole, as :func:`ranked` does with the rows its integer sort
+    does not settle."""
+    best = ranks[:, :kb]
+    bad = np.flatnonzero(ranks[:, -1] <= kb)
+    if not len(bad):
+        return best
+    best = best.copy()
+    h, st = np.divmod(bad, base.shape[2])
+    at = h if n.shape[1] > 1 else np.zeros_like(h)
+    div = np.float64(-1.0) * nmax[:, at, st].T  # [U, B]: fold_stats' flip · max(n, 1), the same float64 product
+    with np.errstate(invalid="ignore", divide="ignore"):
+        key = base[:, h, st].T / div
+    np.copyto(key, np.inf, where=n[:, at, st].T <= 0)
+    best[bad] = _lexsorted(key, np.broadcast_to(ids, key.shape), kb)
+    return best
 
 
 def _summed(base: np.ndarray, mult: np.ndarray | None) -> np.ndarray:
@@ -323,6 +353,7 @@ class _Layout:
     at_hs: np.ndarray  # head · S + statistic
     sign_at: np.ndarray  # float64 _head_signs there (the same ±1 the int64 ones were cast to in the product)
     mult_at: np.ndarray | None  # mult there
+    minus: bool  # every flip is -1 (self-attention heads): the statistics session's ranking key is this fold's
 
 
 @functools.lru_cache(maxsize=16)
@@ -336,8 +367,9 @@ def _layout(groups: tuple[tuple[str, int], ...], mult: tuple[float, ...] | None,
     at_h, at_s, at_hs = (
         np.ascontiguousarray(np.broadcast_to(a[..., None], (s, nh, kb))) for a in (at_h, at_s, at_h * s + at_s)
     )
-    out = _Layout(flip, at_h, at_s, at_hs, sign.take(at_hs), None if mult is None else np.array(mult).take(at_s))
+    mult_at = None if mult is None else np.array(mult).take(at_s)
+    out = _Layout(flip, at_h, at_s, at_hs, sign.take(at_hs), mult_at, bool((flip == -1).all()))
     for a in out.__dict__.values():
-        if a is not None:
+        if isinstance(a, np.ndarray):
             a.flags.writeable = False
     return out

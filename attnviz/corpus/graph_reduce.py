@@ -78,12 +78,14 @@ class InGraphReducer:
         self.copies: list = []
         fallback = [i for i in range(len(sites)) if i not in self.outputs]
         self.fetch = ([sf.SUMS, sf.PICKS] + ([sf.VALUES, sf.KEYS] if rows else [])) if self.outputs else []
+        if self.outputs and any(o.name == sf.RANKS for o in m.graph.output):
+            self.fetch.insert(2, sf.RANKS)
         for i in fallback:
             ex = exposed.site_extra[i]
             for n in [exposed.outputs[i], *([ex["mask_index"]] if "mask_index" in ex else [])]:
                 if n not in self.fetch and any(o.name == n for o in m.graph.output):
                     self.fetch.append(n)
-        if self.fetch == [sf.SUMS, sf.PICKS]:  # the next command's worker makes this session without the model
+        if self.small:  # the next command's worker makes this session without the model
             light_model.keep_stats(model, wanted, rows, join, m, self.sess, self.outputs)
 
     @classmethod
@@ -107,8 +109,14 @@ class InGraphReducer:
 
         red.remake, red.copies = again, []
         red.exposed = None
-        red.fetch = [sf.SUMS, sf.PICKS]
+        # (a graph kept by an older attnviz ranks nothing: its session has no RANKS, and the host ranks every row)
+        red.fetch = [sf.SUMS, sf.PICKS, *[sf.RANKS] * (sf.RANKS in red.sess.output_names())]
         return red
+
+    @property
+    def small(self) -> bool:
+        """Only the statistics leave the session (no map: a few hundred kB a batch at most)."""
+        return self.fetch[:2] == [sf.SUMS, sf.PICKS] and set(self.fetch) <= {sf.SUMS, sf.PICKS, sf.RANKS}
 
     @classmethod
     def build(
@@ -167,7 +175,7 @@ class InGraphReducer:
         extra, positions = sf.stat_feeds(lengths, special, t, causal)
         try:
             on = sess or self.sess
-            run = on.run_small if self.fetch == [sf.SUMS, sf.PICKS] else on.run  # (no map: a few hundred kB out)
+            run = on.run_small if self.small else on.run  # (no map: a few hundred kB out)
             got = dict(zip(self.fetch, run(self.fetch, {**feeds, **extra})))
         except Exception as e:  # e.g. a site whose map is not T×T for these feeds: the maps path still works
             raise NotInGraph(str(e)) from None
@@ -209,7 +217,8 @@ class InGraphReducer:
             raise NotInGraph(f"statistics of shape {sums.shape}, expected {len(lengths)} x {nh} heads")
         keys = sf.picked_keys(picks, extra, positions)
         n = sf.counted(extra)[:, None]
-        return fold_stats(groups, sums, n, items, k, batch_id, tokens, keys, mult=sf.SIGN64)
+        ranks = got.get(sf.RANKS)  # (the session's ranking of the fold's key: fold_stats checks it fits)
+        return fold_stats(groups, sums, n, items, k, batch_id, tokens, keys, mult=sf.SIGN64, ranks=ranks)
 
     def finish(
         self, ran: tuple, lengths: np.ndarray, special: np.ndarray | None, causal: bool

@@ -24,6 +24,10 @@ class ExtraSession:
         """The execution provider it runs on."""
         return self._sess.get_providers()[0]
 
+    def output_names(self) -> list[str]:
+        """The names of the graph's outputs."""
+        return [o.name for o in self._sess.get_outputs()]
+
     def run(self, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The ``fetch`` outputs for ``feeds`` (onnxruntime's errors pass through unchanged)."""
         return run_bound(self._sess, fetch, feeds)

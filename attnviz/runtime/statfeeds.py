@@ -51,6 +51,14 @@ BHTT = "attnviz_stat_bhtt"  # [4] int64: B, -1, T, T (the joined layout reads ev
 # so that a batch hands back two small arrays in all (each output is a copy off the device and a sync)
 SUMS = "attnviz_stat_sums"  # float64 [B, heads of all in-graph sites, S]
 PICKS = "attnviz_stat_picks"  # int64 [B, heads of all in-graph sites, 2, S]: best rows, then their keys
+# int64 [heads of all in-graph sites · S, K + 1] (K = min(B, RANK_K)): each (head, statistic) row's K items of
+# lowest fold key (corpus/fold.py fold_stats: -(signed sum) / max(count, 1), +inf where none counted), lowest
+# first, by onnxruntime's TopK (on the device where the session runs), then a last column: how many of them lead the
+# row settled (its first values strictly increasing; 0 where the row holds a NaN).  A fold of k takes a row whose
+# count is at least k + 1 as it comes and ranks the others itself.  The fold's sort was ~0.2 ms of a batch's
+# ~0.75 ms of host work under the GIL (bench/RESULTS.md, session 25)
+RANKS = "attnviz_stat_ranks"
+RANK_K = 6  # the corpus's default top k (5) + 1: one more than the fold keeps, to see that the k-th is not tied
 VALUES = "attnviz_stat_values"  # with rows=True (tests): float32 [B, heads, T, S], each row's statistics
 KEYS = "attnviz_stat_keys"  # with rows=True: int64 [B, heads, T, S], each row's key (special: slot + len(KEY_COLUMNS))
 ARGMAX = ("real", "special", "special_other")  # the key columns the graph finds per row, in this order

@@ -41,6 +41,8 @@ from attnviz.runtime.statfeeds import (  # noqa: F401
     NEAR,
     OFF,
     PICKS,
+    RANK_K,
+    RANKS,
     REAL,
     REAL_KEYED,
     SIGN,
@@ -155,7 +157,8 @@ def _as_bhtt(nd: _Nodes, probs: str, batch: str, *more: str) -> list[str]:
 
 
 def _reduce(nd: _Nodes, op: str, x: str, axis: int, keepdims: int, opset: int) -> str:
-    """``op`` (ReduceSum / ReduceMax) over one axis: the axes are an input from opset 13 (ReduceMax: 18) on."""
+    """``op`` (ReduceSum / ReduceMax / ReduceMin) over one axis: the axes are an input from opset 13 (ReduceMax,
+    ReduceMin: 18) on."""
     if opset >= (13 if op == "ReduceSum" else 18):
         return nd(op, [x, nd.const([axis])], keepdims=keepdims)
     return nd(op, [x], axes=[axis], keepdims=keepdims)
@@ -394,10 +397,46 @@ def stats_model(
         else:
             m.graph.node.append(helper.make_node("Concat", parts[name], [name], name=name, axis=1))
         m.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
+    _rank_nodes(_Nodes(m.graph, "attnviz_stat_rank_"), m.graph, opset)
     _prune(m.graph)
     if not join:
         _run_in_turn(m.graph, [exposed.outputs[i] for i in on], [ends[i] for i in on])
     return m, exposed, on
+
+
+def _rank_nodes(nd: _Nodes, graph: onnx.GraphProto, opset: int) -> None:
+    """:data:`RANKS` from :data:`SUMS` and :data:`OFF`: the fold's ranking (corpus/fold.py fold_stats) of each
+    (head, statistic) row's items, done where the session runs so that the host does not sort them under the GIL.
+
+    The key is the fold's, bit for bit: ``SUMS`` (signed sums, float64) over ``-max(n, 1)`` with ``n`` each item's
+    counted rows (the host's ``statfeeds.counted``, an exact float64 count), +inf where ``n`` is 0 (the fold's
+    ``flip`` is -1 for every self-attention head, ``-sign · SIGN``; the host uses these ranks only where it is).  An
+    IEEE division and a negation give the same bits on any device.  TopK's order among equal values or NaN is not
+    the fold's (ties to the lower item id, NaN last), so each row carries how far it is settled: the count of its
+    leading values that increase strictly (0 where the row holds a NaN).  Where that is at least k + 1, its first k
+    are the fold's choice and order whatever the tie rule."""
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    counted = nd("Cast", [nd("Equal", [OFF, nd.const(0.0, np.float32)])], to=TensorProto.DOUBLE)  # [B, 1, S, T]
+    n = nd("Transpose", [_reduce(nd, "ReduceSum", counted, 3, 0, opset)], perm=[1, 2, 0])  # [1, S, B]
+    div = nd("Neg", [nd("Max", [n, nd.const(1.0, np.float64)])])
+    key = nd("Div", [nd("Transpose", [SUMS], perm=[1, 2, 0]), div])  # [NH, S, B]
+    key = nd("Where", [nd("Equal", [n, nd.const(0.0, np.float64)]), nd.const(np.inf, np.float64), key])
+    flat = nd("Flatten", [key], axis=2)  # [NH · S, B]
+    b = nd("Slice", [nd("Shape", [SUMS]), nd.const([0]), nd.const([1])])
+    k = _reduce(nd, "ReduceMin", nd("Concat", [b, nd.const([RANK_K])], axis=0), 0, 1, opset)  # (Min of int64: 12)
+    vals, idx = nd.multi("TopK", [flat, k], 2, axis=-1, largest=0, sorted=1)
+    later = nd("Slice", [vals, nd.const([1]), nd.const([np.iinfo(np.int64).max]), nd.const([1])])
+    earlier = nd("Slice", [vals, nd.const([0]), nd.const([-1]), nd.const([1])])
+    # pairs not increasing so far, pair by pair: 0 over the settled lead (CumSum: ONNX has no CumProd)
+    so_far = nd("CumSum", [nd("Cast", [nd("Not", [nd("Greater", [later, earlier])])], to=f32), nd.const(1)])
+    lead = _reduce(nd, "ReduceSum", nd("Cast", [nd("Equal", [so_far, nd.const(0.0, np.float32)])], to=f32), 1, 1, opset)
+    nan = _reduce(nd, "ReduceMax", nd("Cast", [nd("IsNaN", [flat])], to=f32), 1, 1, opset)
+    one = nd.const(1.0, np.float32)
+    settled = nd(
+        "Where", [nd("Greater", [nan, nd.const(0.0, np.float32)]), nd.const(0.0, np.float32), nd("Add", [lead, one])]
+    )
+    graph.node.append(helper.make_node("Concat", [idx, nd("Cast", [settled], to=i64)], [RANKS], name=RANKS, axis=1))
+    graph.output.append(helper.make_tensor_value_info(RANKS, i64, None))
 
 
 def _finish(nd: _Nodes, values: str, pm: str, kw: str, opset: int, rows: bool) -> list[str]:

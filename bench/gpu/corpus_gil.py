@@ -11,7 +11,8 @@ not C-ordered, the statistics run bound: page-locked on CUDA, onnxruntime-alloca
 onnxruntime's plain run (what gil24 does on the CPU; on CUDA the page-locked binding stays until these rows say).
 Session 24 (fold24): ``many d4 + combine`` with gil24's fold (93201d0's ``ranked``, kept in
 tests/corpus/ranked_93201d0.py, and ``combine`` as one merge a batch) against this tree's (the integer sort, a
-task ranked at once).
+task ranked at once).  Session 25 (host25): ``many d4`` with the fold's ranking on the host as before (the session's
+RANKS ignored: runtime/statgraph.py _rank_nodes ranks each row in the graph, on the device).
 
     OMP_NUM_THREADS=1 python bench/gpu/corpus_gil.py --provider cuda --items 10000 --rounds 3
 """
@@ -122,6 +123,8 @@ def main() -> None:
                 GuardedSession.run_small = GuardedSession.run_bound
             if patch == "plain run":
                 GuardedSession.run_small = GuardedSession.run
+            if patch == "host ranking":
+                ig.partial = lambda ran, *x: partial(({k: v for k, v in ran[0].items() if k != sf.RANKS}, *ran[1:]), *x)
             if patch == "gil24 fold":
                 fd.ranked, rd._fold_at_once = reference_ranked, lambda acc, parts: False
             try:
@@ -146,6 +149,7 @@ def main() -> None:
         "many d4, 9077fb9's host code": many("9077fb9"),
         "many d4, switch interval 0.1 ms": many(interval=1e-4),
         "many d4, no finish or fold (partial skipped)": many("no fold"),
+        "many d4, host ranking (before host25: the session's RANKS ignored)": many("host ranking"),
         "many d4 + combine (a worker's tasks)": many(combine=True),
         "many d4 + combine, gil24's fold (93201d0's ranked, a merge a batch)": many("gil24 fold", combine=True),
         "stats raw ×4": lambda: list(ex.map(lambda f: rs.run(ig.fetch, f), stats_feeds)),
@@ -194,9 +198,10 @@ def _null_session(ig, stats_feeds: list[dict], provider: str, threads: int):
     size (MiniLM's items all have two special keys, so every batch's picks index its own special slots)."""
     from onnx import helper, numpy_helper
 
+    from attnviz.runtime import statgraph as sg
     from attnviz.runtime.extra_session import ExtraSession
     from attnviz.runtime.host import make_session
-    from attnviz.runtime.statfeeds import PICKS, SUMS
+    from attnviz.runtime.statfeeds import PICKS, RANKS, SUMS
 
     longest = max(stats_feeds, key=lambda f: f["input_ids"].shape)  # (of the most items: B first)
     outs = dict(zip(ig.fetch, ig.sess.run(ig.fetch, longest)))
@@ -216,6 +221,8 @@ def _null_session(ig, stats_feeds: list[dict], provider: str, threads: int):
         helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(outs[n].dtype), None) for n in (SUMS, PICKS)
     ]
     graph = helper.make_graph(nodes, "null", ins, out, inits)
+    if RANKS in ig.fetch:  # the session's ranking of each batch's own (sliced) sums: the same nodes as the real one's
+        sg._rank_nodes(sg._Nodes(graph, "null_rank_"), graph, 17)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return ExtraSession(make_session(m.SerializeToString(), provider, threads, label="null")[0])
