@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from attnviz import AttnvizError, __version__
-from attnviz.core.interrupts import TERMINATED_EXIT, Terminated, terminate_as_interrupt
+from attnviz.core.interrupts import TERMINATED_EXIT, Terminated, terminate_as_interrupt, terminated
 from attnviz.core.leaving import set_leaves_at_once
 from attnviz.core.limits import set_memory_cap
 from attnviz.core.writes import command_scope
@@ -248,6 +248,9 @@ def _run_command(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not raise again
         return 0
     except Exception as e:  # never a traceback to the user; ATTNVIZ_DEBUG=1 shows it
+        if previous_term is not None and terminated():  # a SIGTERM inside an extension's import, as a Ctrl-C's below
+            print("attnviz: terminated (SIGTERM)", file=sys.stderr)
+            return TERMINATED_EXIT
         if interrupts:  # Ctrl-C inside an extension's import surfaces as its ImportError("initialization failed")
             print("attnviz: interrupted", file=sys.stderr)
             return 130

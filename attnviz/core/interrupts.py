@@ -21,8 +21,18 @@ class Terminated(KeyboardInterrupt):
 TERMINATED_EXIT = 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM ended
 
 
+_seen: list[int] = []  # the SIGTERMs raised since terminate_as_interrupt (one inside an import is told as itself)
+
+
 def raise_terminated(signum: int, frame: FrameType | None) -> None:
+    _seen.append(signum)
     raise Terminated()
+
+
+def terminated() -> bool:
+    """Whether a SIGTERM was raised since :func:`terminate_as_interrupt`: one that lands while a C extension
+    initialises (numpy, pyarrow) comes out as that import's ImportError, which is then told as the stop it was."""
+    return bool(_seen)
 
 
 def terminate_as_interrupt() -> Any:
@@ -32,6 +42,7 @@ def terminate_as_interrupt() -> Any:
         return None
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return None
+    _seen.clear()
     return signal.signal(signal.SIGTERM, raise_terminated)
 
 
