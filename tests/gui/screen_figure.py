@@ -197,6 +197,11 @@ def check_grid(w, result, settings=None) -> int:
     w._show_result(result)
     views = views_for(w)
     checked = 0
+    # the figure each (figure view, export selection) draws, drawn once: the Alignment and Image views export a
+    # block of their own (MainWindow.figure_selection puts it in the selection), so with every other block
+    # selected they export the same selection again, and render_figure draws from (result, view, selection,
+    # style) alone; each cell still reads its screen and compares it with that figure
+    drawn: dict[tuple[str, str], object] = {}
     for bi, blk in enumerate(w.session.blocks):
         for _name, changes in settings or SETTINGS:
             if changes.get("step", -1) >= 0 and not result.generated:
@@ -209,7 +214,10 @@ def check_grid(w, result, settings=None) -> int:
                 if widget.message:  # the view says why this combination is undefined (rollout on cross)
                     assert changes["mode"] == "rollout" and (blk.kind == "cross" or view == "alignment"), widget.message
                     continue
-                fig = figure(w, widget)
+                what = w.figure_selection(widget)
+                key = (what[0], repr(what[1])) if what is not None else None
+                fig = drawn[key] if key in drawn else figure(w, widget)
+                drawn[key] = fig
                 CHECKS[view](w, fig)
                 checked += 1
     return checked
