@@ -187,3 +187,48 @@ def test_a_repeated_isolated_run_goes_as_again_and_equals_in_process(tmp_path, m
     del held
     gc.collect()
     assert child.kept_count() == 0
+
+
+def test_a_child_killed_during_a_repeated_run_is_one_crash_and_the_next_run_starts_anew(tmp_path, monkeypatch):
+    """The child killed right after the parent's "again" went out (its outputs being made here meanwhile): the run
+    ends in ModelCrashed with the child's death in one line, and a run in a fresh child (the model opened again:
+    one that crashed stays refused) draws the heads of its own tokens (against the same tokens in this process)."""
+    import os
+    import signal
+
+    import pytest
+
+    from attnviz.runtime.child import ModelCrashed
+
+    monkeypatch.setenv("ATTNVIZ_QK_DEVICE", "on")
+    path = tiny_text_model(tmp_path / "lm.onnx", classifier=False, heads=2, d=16, causal=True)
+    rng = np.random.default_rng(11)
+    inputs = [rng.integers(3, 12, (1, 1400)) for _ in range(4)]
+    m = rm.open_model(path, provider="cpu")
+    for i, ids in enumerate(inputs[:3]):  # the third repeats: the fourth goes as "again", its outputs made ahead
+        r = m.run({"input_ids": ids}, mode="ondemand")
+        assert all(v.kid < 0 for s in r.maps for v in (s.q, s.k)) == (i == 2)
+        del r
+        gc.collect()
+    child = host._host
+    assert child is not None
+    sent = child.write
+
+    def write_then_kill(data: bytes) -> None:
+        sent(data)
+        assert pickle.loads(data)[0] == "forget_then" and pickle.loads(data)[1][1] == "again"
+        os.kill(child.proc.pid, signal.SIGKILL)
+
+    child.write = write_then_kill
+    with pytest.raises(ModelCrashed) as e:
+        m.run({"input_ids": inputs[3]}, mode="ondemand")
+    assert str(e.value).startswith("the model crashed onnxruntime: the process was killed by SIGKILL while running")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ModelCrashed, match="^the model crashed onnxruntime: the process was killed by SIGKILL"):
+        m.run({"input_ids": inputs[3]}, mode="ondemand")  # the model that crashed stays refused, in the same words
+    got = rm.open_model(path, provider="cpu").run({"input_ids": inputs[3]}, mode="ondemand")  # opened again
+    assert host._host is not child and all(v.kid > 0 for s in got.maps for v in (s.q, s.k))
+    heads = np.array([[s.head(0, h) for h in range(2)] for s in got.maps])
+    monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
+    want = rm.open_model(path, provider="cpu").run({"input_ids": inputs[3]}, mode="ondemand")
+    np.testing.assert_array_equal(heads, np.array([[s.head(0, h) for h in range(2)] for s in want.maps]))
