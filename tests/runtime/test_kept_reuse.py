@@ -150,6 +150,7 @@ def test_a_repeated_isolated_run_goes_as_again_and_equals_in_process(tmp_path, m
     (negative: the child's own count up from 1), their outputs made here while the child ran.  Each run its own
     tokens, so a stale slot or kept value (a repeat that did not run, or wrote over a result still held) shows
     against the same tokens in this process: every head and the logits equal, a held result still draws its own."""
+    host.shutdown()  # a fresh child: no slot trims of earlier tests pending (a repeat waits for them to be told)
     path = tiny_text_model(tmp_path / "lm.onnx", classifier=False, heads=2, d=16, causal=True)
     rng = np.random.default_rng(7)
     inputs = [rng.integers(3, 12, (1, 1400)) for _ in range(6)]  # logits over the inline size: a slot
@@ -201,6 +202,7 @@ def test_a_child_killed_during_a_repeated_run_is_one_crash_and_the_next_run_star
     from attnviz.runtime.child import ModelCrashed
 
     monkeypatch.setenv("ATTNVIZ_QK_DEVICE", "on")
+    host.shutdown()  # a fresh child (see above)
     path = tiny_text_model(tmp_path / "lm.onnx", classifier=False, heads=2, d=16, causal=True)
     rng = np.random.default_rng(11)
     inputs = [rng.integers(3, 12, (1, 1400)) for _ in range(4)]
@@ -232,3 +234,6 @@ def test_a_child_killed_during_a_repeated_run_is_one_crash_and_the_next_run_star
     monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
     want = rm.open_model(path, provider="cpu").run({"input_ids": inputs[3]}, mode="ondemand")
     np.testing.assert_array_equal(heads, np.array([[s.head(0, h) for h in range(2)] for s in want.maps]))
+    del got
+    gc.collect()
+    assert host._host.kept_count() == 0  # the fresh child dropped what it kept once the result went
