@@ -416,6 +416,8 @@ class ChildProcess:
             except IndexError:
                 break
         if sids:
+            for sid in sids:
+                self.last_run.pop(sid, None)
             try:
                 self.conn.send(("close", (sids,)))
                 self.conn.recv()

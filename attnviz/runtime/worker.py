@@ -278,7 +278,8 @@ class Server(StepRequests, KeptRequests):
             return False
         outs, kept = again.outs, self.kept
         for n in again.kept:
-            if outs[n].kid in kept:  # the parent may still read the value its last run left: not written over
+            mark = outs.get(n)
+            if type(mark) is not _Held or mark.kid in kept:  # the parent may still read the value: not written over
                 return False
         if first is not None:  # the ids the parent gave, and it made the outputs (see reply_again)
             kids = [first - j for j in range(len(again.kept))]
