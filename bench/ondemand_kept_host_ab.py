@@ -1,7 +1,8 @@
 """The host time of an isolated on-demand run whose Q/Kᵀ stay in the child (``ATTNVIZ_QK_DEVICE=on`` on a CPU runs
 the CUDA path's code with CPU OrtValues): two attnviz trees, A and B, in alternating child processes over one
 exported MiniLM (issue 26, session 23 odiso23).  Per tree: medians of the ``ATTNVIZ_TRACE=1`` phases and of the
-host part (the whole run less onnxruntime's), and the CPU of the parent and of the child per run.
+host part (the whole run less onnxruntime's), and the CPU of the parent and of the child per run (the child's from
+/proc/PID/schedstat, onnxruntime's run included).
 
     OMP_NUM_THREADS=1 python bench/ondemand_kept_host_ab.py --a /tmp/old --b . --tokens 256 --rounds 6 --runs 40
 """
@@ -42,11 +43,9 @@ def one(model: str, tokens: int, runs: int, pause: float = 0.0) -> dict:
         del r
     take_trace()
     pid = host._host.proc.pid
-    clk = os.sysconf("SC_CLK_TCK")
 
-    def child_cpu() -> float:
-        st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(st[11]) + int(st[12])) / clk
+    def child_cpu() -> float:  # the scheduler's run time of the child, in ns (/proc/PID/stat's ticks are 10 ms)
+        return int(open(f"/proc/{pid}/schedstat").read().split()[0]) / 1e9
 
     walls = []
     gc.disable()  # a collection landing in one tree's runs and not the other's is not what is compared
@@ -75,7 +74,7 @@ def one(model: str, tokens: int, runs: int, pause: float = 0.0) -> dict:
     }
     out = {k: 1000 * statistics.median(v) for k, v in ph.items()}
     out["parent CPU / run"] = 1000 * cpu / runs
-    out["child CPU / run (ticks)"] = 1000 * kcpu / runs
+    out["child CPU / run"] = 1000 * kcpu / runs
     out["kind"] = kind
     return out
 

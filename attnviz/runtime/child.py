@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from attnviz.runtime.child_start import _Forked, _Popen, huge_pages_env, shm_dir
 from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.feedarea import FeedArea
 from attnviz.runtime.finite import note
-from attnviz.runtime.isolation import SlotFeed, read_message, write_message
+from attnviz.runtime.isolation import SharedFeed, SlotFeed, read_message, write_message
 from attnviz.runtime.kept import HelperMemory, KeptRef
 from attnviz.runtime.slots import close_map
 
@@ -115,6 +116,9 @@ class ChildProcess:
         # ids of values the child keeps for this process (runtime/kept.py) whose KeptRef was collected: sent
         # ahead of the next request, so the child drops them (appended from finalizers: list.append is atomic)
         self.forget: list[int] = []
+        # per session: its last run request and, once it succeeded, its reply's items (see run)
+        self.last_run: dict[int, _LastRun] = {}
+        self.next_kid = -1  # the ids this process gives the values a repeated run keeps (see run)
 
     def _readable(self) -> bool:
         """Wait up to POLL_S for the child's reply (or its end).  One poll object per host, made once:
@@ -128,8 +132,18 @@ class ChildProcess:
         return self.proc.poll() is None
 
     def run(self, sid: int, names: list[str], feeds: dict) -> list[np.ndarray]:
-        """One run in the child; large outputs are views onto its slots, lent until the caller drops them."""
-        return self.call("run", sid, names, feeds, adopt=self._adopt, prepare=self._prepare_run)
+        """One run in the child; large outputs are views onto its slots, lent until the caller drops them.
+
+        A run of ``sid`` with the output names of its last run and feeds that land at the same places of the feed
+        area (the same dtypes and shapes) goes as ("again", sid, slots handed back, first kept id): the child runs
+        what it holds of that request.  Where the last run's slots and kept values are free again (the caller
+        dropped its result) the child repeats it as it was (``worker.Server._repeat``), keeping its values under
+        the ids given here, and replies ("again", None); its outputs are made here from the last reply's items
+        (:class:`_LastRun`) while the child runs, so neither side pickles the names, feeds or items of an
+        unchanged run and nothing but the reply's wake-up stands between onnxruntime's end and the return."""
+        return self.call(
+            "run", sid, names, feeds, adopt=lambda reply: self._adopt_run(sid, reply), prepare=self._prepare_run
+        )
 
     def chain(self, stages: list[tuple[int, list[str], dict]]) -> list[list[np.ndarray]]:
         """Sessions' runs as one request (:meth:`worker.Server.chain`): every stage's feeds go into the feed area
@@ -248,10 +262,29 @@ class ChildProcess:
                     out[k] = feed
         return out
 
-    def _prepare_run(self, args: tuple) -> tuple:
-        """Under the lock: large feeds go into the feed area, and the request carries the slots to hand back."""
+    def _prepare_run(self, args: tuple) -> tuple | _Message:
+        """Under the lock: large feeds go into the feed area, and the request carries the slots to hand back (as an
+        "again" where it repeats the last run request of its session, see :meth:`run`)."""
         sid, names, feeds = args
-        return sid, names, self.feed_area.share(feeds), self._hand_back()
+        shared = self.feed_area.share(feeds)
+        last = self.last_run.get(sid)
+        if last is not None and last.items is not None and last.names == names and last.feeds == shared:
+            first = self.next_kid  # ids for its kept values: negative, never one the child gives (from 1 up)
+            self.next_kid -= last.kept
+            free = last.free(self)  # before the hand back: a slot still lent here is one the child will not reuse
+            message = ("again", (sid, self._hand_back(), first))
+            return _Message(message, lambda: last.outputs(self, first), free)
+        every = all(type(v) is SharedFeed for v in shared.values())  # else no "again": arrays do not compare
+        self.last_run[sid] = _LastRun(list(names), shared if every else None)
+        return sid, names, shared, self._hand_back()
+
+    def _adopt_run(self, sid: int, reply) -> list:
+        """A run's reply adopted (:meth:`_adopt`), its items kept for the next "again"."""
+        out = self._adopt(reply)
+        last = self.last_run.get(sid)
+        if last is not None and last.feeds is not None:
+            last.learn(reply[0], out)
+        return out
 
     def _hand_back(self) -> list[int]:
         """The lent slots no array views any more (under the lock: a slot is handed back exactly once).
@@ -323,15 +356,18 @@ class ChildProcess:
             self._close_dropped()
             if prepare is not None:
                 args = prepare(args)
-            message = (op, args)
+            ahead = args if isinstance(args, _Message) else None
+            message = ahead.message if ahead is not None else (op, args)
             if self.forget:  # values the child keeps that nothing here holds any more: dropped before the request
                 kids = [self.forget.pop() for _ in range(len(self.forget))]
-                message = ("forget_then", (kids, op, args))
+                message = ("forget_then", (kids, *message))
             try:
                 self.write(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
             except (OSError, ValueError) as e:
                 raise Dead() from e
             t1 = time.perf_counter()
+            # a repeated run's outputs, made while the child runs it (see run); given up if it does not repeat
+            made = ahead.make() if ahead is not None and ahead.now else None
             while not self._readable():
                 if _cancel_requested():
                     self.kill()
@@ -347,6 +383,15 @@ class ChildProcess:
                 raise ModelCrashed(
                     f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run"
                 ) from None
+            if status == "again":  # the child repeated the last run (see run)
+                assert ahead is not None  # the child says "again" only to an "again"
+                t2 = time.perf_counter()
+                out = (made or ahead.make()).outputs
+                if self.trace is not None:
+                    self.trace.append((t0, t1, t2, time.perf_counter()))
+                return out
+            if made is not None:
+                made.give_up()
             if status == "ok" and adopt is not None:
                 t2 = time.perf_counter()
                 out = adopt(reply)
@@ -371,6 +416,8 @@ class ChildProcess:
             except IndexError:
                 break
         if sids:
+            for sid in sids:
+                self.last_run.pop(sid, None)
             try:
                 self.conn.send(("close", (sids,)))
                 self.conn.recv()
@@ -426,6 +473,90 @@ class _MpProcess:  # pragma: no cover - the Popen interface over a multiprocessi
 
 class Dead(Exception):
     pass
+
+
+class _Message(NamedTuple):
+    """A run request made whole by ``prepare`` (an "again", see :meth:`ChildProcess.run`), sent as it is; ``make``
+    makes its outputs should the child repeat the run, ahead of the reply where ``now`` says it likely will."""
+
+    message: tuple
+    make: Callable[[], _Made]
+    now: bool
+
+
+class _Made(NamedTuple):
+    """A repeated run's outputs made ahead of the reply, and the slots they lent: the entries :meth:`give_up`
+    takes back where the child did not repeat the run after all (its reply then lends what it says)."""
+
+    outputs: list
+    host: ChildProcess
+    lent: list[tuple[weakref.ref, int]]
+
+    def give_up(self) -> None:
+        mine = {id(e) for e in self.lent}
+        self.host.lent = [e for e in self.host.lent if id(e) not in mine]
+        for v in self.outputs:
+            self.host.lent_arrays.pop(id(v), None)
+        self.outputs.clear()  # nothing views the slots: a slot the reply deletes is unmapped at once
+
+
+class _LastRun:
+    """A session's last run request (its output names, its feeds as they lay in the feed area, None where one did
+    not) and the items of its reply, laid out to make a repeat's outputs: per item ("slot", slot id, dtype, shape)
+    or ("kept", which of the kept values, in the order the child numbers them, dtype, shape).  None until a reply
+    to it came, and for a reply with items that change run to run (inline outputs)."""
+
+    __slots__ = ("names", "feeds", "items", "kept", "slots", "held")
+
+    def __init__(self, names: list[str], feeds: dict | None):
+        self.names, self.feeds = names, feeds
+        self.items: list[tuple] | None = None
+        self.kept = 0
+        self.slots: frozenset[int] = frozenset()
+        self.held: list[weakref.ref] = []  # the last outputs' KeptRefs: a repeat needs them all dropped
+
+    def learn(self, items: list, out: list) -> None:
+        """The items of a reply to this request (and the outputs made of them)."""
+        order: dict[int, int] = {}  # kept id -> its place among the run's kept values (the child's order)
+        laid = []
+        for it in items:
+            if len(it) != 4 or it[0] not in ("slot", "kept"):
+                self.items = None
+                return
+            if it[0] == "kept":
+                laid.append(("kept", order.setdefault(it[1], len(order)), it[2], it[3]))
+            else:
+                laid.append(it)
+        self.items, self.kept = laid, len(order)
+        self.slots = frozenset(it[1] for it in items if it[0] == "slot")
+        self.held = [weakref.ref(v) for v in out if type(v) is KeptRef]
+
+    def free(self, host: ChildProcess) -> bool:
+        """Whether the last outputs are all dropped here (so the child will likely repeat the run)."""
+        if any(r() is not None for r in self.held) or any(slot not in host.maps for slot in self.slots):
+            return False  # a result still held, or a slot the child deleted since (told with a later reply)
+        return not any(slot in self.slots and ref() is not None for ref, slot in host.lent)
+
+    def outputs(self, host: ChildProcess, first: int) -> _Made:
+        """The outputs of the run repeated: its slots lent again, its kept values ``first``, ``first - 1``, ..."""
+        assert self.items is not None
+        lent: dict[int, np.ndarray] = {}
+        held: dict[int, KeptRef] = {}
+        out: list = []
+        before = len(host.lent)
+        for kind, at, dtype, shape in self.items:
+            if kind == "slot":
+                arr = lent.get(at)
+                if arr is None:
+                    arr = lent[at] = host.lend(at, dtype, shape)
+                out.append(arr)
+            else:
+                ref = held.get(at)
+                if ref is None:
+                    ref = held[at] = KeptRef(host, first - at, dtype, shape)
+                out.append(ref)
+        self.held = [weakref.ref(v) for v in held.values()]
+        return _Made(out, host, host.lent[before:])
 
 
 _generations = itertools.count(1)

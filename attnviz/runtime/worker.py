@@ -95,6 +95,7 @@ class Server(StepRequests, KeptRequests):
     OPS = {
         "create": "create",
         "run": "reply_run",
+        "again": "reply_again",
         "chain": "chain",
         "steps": "steps",
         "chain_steps": "chain_steps",
@@ -122,6 +123,7 @@ class Server(StepRequests, KeptRequests):
         self.send: Callable[[bytes], None] | None = None  # set by serve(): replies sent from inside a run
         self.replied = False  # this request's reply went out early (see _run)
         self.repeats: dict[int, _Repeat] = {}  # per session: its last run, to repeat without planning
+        self.last_run: dict[int, tuple[list[str], dict]] = {}  # per session: its last run request's names and feeds
         self.received = 0.0  # when this request arrived (for the trace)
         self.loops: dict[int, Loop] = {}  # per session: a generation running here (see attnviz.runtime.steps)
         # per session: the outputs its runs leave on its device (names, device, device id: runtime/kept.py), and
@@ -158,15 +160,16 @@ class Server(StepRequests, KeptRequests):
         self.settle()
         return reply
 
-    def reply_run(self, sid, names, feeds, released):
+    def reply_run(self, sid, names, feeds, released, first=None):
         """A run up to its reply; :meth:`settle` does the rest.  ``serve`` sends the reply in between, so that
         learning shapes and trimming slots happen while the parent reads the maps, not before it can."""
+        self.last_run[sid] = (names, feeds)
         self.pool.release(released)
         self.pool.run += 1
         sess, links = self.sessions[sid]
         again = self.repeats.get(sid)
         if again is not None:
-            if self._repeat(sid, sess, again, names, feeds):
+            if self._repeat(sid, sess, again, names, feeds, first):
                 return again.items
             self.repeats.pop(sid, None)  # the planned run below may rebind what it holds
         uniq = names if len(set(names)) == len(names) else list(dict.fromkeys(names))
@@ -180,6 +183,15 @@ class Server(StepRequests, KeptRequests):
             got = self._run(sid, sess, uniq, feeds, {}, sigs, names)
         self._unsettled.append((links, dims, got))
         return [got[n][0] for n in names], *self.pool.changes()
+
+    def reply_again(self, sid, released, first):
+        """The parent's "again" (``child.ChildProcess.run``): a run of ``sid`` with the output names and feeds of
+        its last run request, which the parent sends only where they are the same (the feeds rewritten at the same
+        places of the feed area).  A run that repeats (:meth:`_repeat`) keeps its values under the ids the parent
+        gave (``first``, ``first - 1``, ...: negative, never one of ours) and replies ("again", None): the parent
+        made its outputs from the last reply's items while this one ran.  Else as :meth:`reply_run`."""
+        names, feeds = self.last_run[sid]
+        return self.reply_run(sid, names, feeds, released, first)
 
     def chain(self, stages, released):
         """Several sessions' runs as one request (:mod:`attnviz.runtime.chain`): each stage ``(session id, fetch,
@@ -244,12 +256,15 @@ class Server(StepRequests, KeptRequests):
             return self.kept[item[1]].numpy()  # type: ignore[attr-defined]  # an OrtValue
         return item[1]
 
-    def _repeat(self, sid: int, sess, again: _Repeat, names, feeds) -> bool:
+    def _repeat(self, sid: int, sess, again: _Repeat, names, feeds, first: int | None) -> bool:
         """This session's last run, again: the same outputs, the feeds at the same places in the feed area with
-        the same dtypes and shapes, and its slots all handed back.  Then the kept binding runs as it is and the
-        same reply goes out, with no planning, binding or pickling (a script or benchmark looping over inputs of
-        one length; the window keeps its last result while the next runs, so its runs are planned).  False, with
-        nothing done, when anything differs."""
+        the same dtypes and shapes, its slots all handed back and the values it kept on the device all dropped
+        by the parent.  Then the kept binding runs as it is (the kept values written again in place) and the
+        reply, made before the run, goes out the moment onnxruntime returns, with no planning or binding (a
+        script or benchmark looping over inputs of one length; the window keeps its last result while the next
+        runs, so its runs are planned).  ``first``: the request was the parent's "again" (:meth:`reply_again`),
+        which made the outputs itself, its kept values to be ``first``, ``first - 1``, ...: the reply is ("again",
+        None).  False, with nothing done, when anything differs."""
         pool = self.pool
         if (
             self.send is None
@@ -261,6 +276,21 @@ class Server(StepRequests, KeptRequests):
             or any(i not in pool.free for i in again.slots)
         ):
             return False
+        outs, kept = again.outs, self.kept
+        for n in again.kept:
+            mark = outs.get(n)
+            if type(mark) is not _Held or mark.kid in kept:  # the parent may still read the value: not written over
+                return False
+        if first is not None:  # the ids the parent gave, and it made the outputs (see reply_again)
+            kids = [first - j for j in range(len(again.kept))]
+            reply = _AGAIN
+        else:  # the last reply with the kept values' new ids, made now: it goes out the moment the run ends
+            kids = [next(self.kept_ids) for _ in again.kept]
+            reply = again.reply
+            if kids:
+                new = dict(zip(again.kept, kids))
+                items = [(it[0], new[n], *it[2:]) if it[0] == "kept" else it for n, it in zip(again.names, again.items)]
+                reply = pickle.dumps(("ok", (items, [], [])), pickle.HIGHEST_PROTOCOL)
         for i in again.slots:
             pool.free.discard(i)
             pool.slots[i].used = pool.run
@@ -275,7 +305,11 @@ class Server(StepRequests, KeptRequests):
         if self.trace is not None:
             self.trace.append((self.received, *self._ort_span, time.perf_counter()))
         self.replied = True
-        self.send(again.reply)
+        self.send(reply)
+        for n, kid in zip(again.kept, kids):  # after the reply: kept for the parent under the ids it was given
+            was = outs[n]
+            kept[kid] = was.value
+            outs[n] = _Held(kid, was.dtype, was.shape, was.value)
         return True
 
     def settle(self) -> None:
@@ -386,12 +420,14 @@ class Server(StepRequests, KeptRequests):
             self.send(early)
             created, deleted = self.pool.changes()  # the slots it reported
             self.repeats.pop(sid, None)
-            if feeds and len(sigs) == len(feeds) and not kept_names:
+            if feeds and len(sigs) == len(feeds):
                 again = (
                     pickle.dumps(("ok", (reply[0], [], [])), pickle.HIGHEST_PROTOCOL) if created or deleted else early
                 )
-                slots = [bound[n].id for n in names]
-                self.repeats[sid] = _Repeat(list(order), tuple(sigs.items()), slots, io, again, reply[0])
+                slots = [bound[n].id for n in bound]
+                self.repeats[sid] = _Repeat(
+                    list(order), tuple(sigs.items()), slots, io, again, reply[0], kept_names, outs_of
+                )
         if whole:
             # onnxruntime wrote every output into its slot or kept it on the device: nothing to fetch, and the
             # binding is reused next run (creating and binding it anew costs ~0.15 ms of a 128-token MiniLM run,
@@ -460,7 +496,7 @@ class Server(StepRequests, KeptRequests):
             if op not in self.OPS:
                 raise ValueError(f"unknown op {op!r}")
             reply = getattr(self, self.OPS[op])(*args)
-            if self.trace is not None and op in ("run", "chain", "steps", "chain_steps") and not self.replied:
+            if self.trace is not None and op in ("run", "again", "chain", "steps", "chain_steps") and not self.replied:
                 self.trace.append((self.received, *self._ort_span, time.perf_counter()))
             # a reply already sent from inside the run is not pickled again (its bookkeeping still runs first)
             data = b"" if self.replied else pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
@@ -518,6 +554,7 @@ class Server(StepRequests, KeptRequests):
             self.finite.pop(sid, None)
             self.bindings.pop(sid, None)
             self.repeats.pop(sid, None)
+            self.last_run.pop(sid, None)
             self._end_loop(sid)
             self.keep_on.pop(sid, None)
 
@@ -545,12 +582,17 @@ class _Binding:
 class _Repeat:
     """What a session's last fully predicted run needs to run again unchanged (see ``Server._repeat``)."""
 
-    __slots__ = ("names", "feeds", "slots", "io", "reply", "items")
+    __slots__ = ("names", "feeds", "slots", "io", "reply", "items", "kept", "outs")
 
-    def __init__(self, names: list[str], feeds: tuple, slots: list[int], io, reply: bytes, items: list):
+    def __init__(self, names: list[str], feeds: tuple, slots: list[int], io, reply: bytes, items: list, kept, outs):
         self.names, self.feeds, self.slots, self.io, self.reply, self.items = names, feeds, slots, io, reply, items
+        # the outputs kept on the device (unique, in run order) and the binding's marks (``outs[n]``: a _Held once
+        # the run is settled), each written again in place by a repeat
+        self.kept: list[str] = kept
+        self.outs: dict = outs
 
 
+_AGAIN = pickle.dumps(("again", None), pickle.HIGHEST_PROTOCOL)  # a repeat's reply to the parent's "again"
 _ON_DEVICE = "on the device"  # a _Binding's mark for a kept output bound (empty) to its session's device
 
 

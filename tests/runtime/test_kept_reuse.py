@@ -142,3 +142,98 @@ def test_isolated_kept_runs_equal_in_process_and_the_host_recompute(tmp_path, mo
     del kept
     gc.collect()
     assert child.kept_count() == 0
+
+
+def test_a_repeated_isolated_run_goes_as_again_and_equals_in_process(tmp_path, monkeypatch):
+    """Runs of one length whose result is dropped before the next go as the parent's "again" and repeat in the
+    child (child.ChildProcess.run, worker.Server._repeat): their kept values carry the ids this process gave
+    (negative: the child's own count up from 1), their outputs made here while the child ran.  Each run its own
+    tokens, so a stale slot or kept value (a repeat that did not run, or wrote over a result still held) shows
+    against the same tokens in this process: every head and the logits equal, a held result still draws its own."""
+    host.shutdown()  # a fresh child: no slot trims of earlier tests pending (a repeat waits for them to be told)
+    path = tiny_text_model(tmp_path / "lm.onnx", classifier=False, heads=2, d=16, causal=True)
+    rng = np.random.default_rng(7)
+    inputs = [rng.integers(3, 12, (1, 1400)) for _ in range(6)]  # logits over the inline size: a slot
+
+    def runs() -> tuple[list, list, list[list[int]], object]:
+        m = rm.open_model(path, provider="cpu")
+        heads, logits, kids, held = [], [], [], None
+        for i, ids in enumerate(inputs):
+            r = m.run({"input_ids": ids}, mode="ondemand")
+            heads.append([[s.head(0, h) for h in range(2)] for s in r.maps])
+            logits.append(np.array(next(iter(r.outputs.values()))))
+            kids.append([getattr(v, "kid", 0) for s in r.maps for v in (s.q, s.k)])  # in process: no ids
+            if i == 2:  # its maps (Q and Kᵀ) held across the next runs of its length, its logits' slot handed back
+                held = r.maps
+            del r
+            gc.collect()
+        return heads, logits, kids, held
+
+    monkeypatch.setenv("ATTNVIZ_QK_DEVICE", "on")
+    heads, logits, kids, held = runs()
+    again = [i for i, k in enumerate(kids) if all(kid < 0 for kid in k)]
+    # 0 planned (nothing learned), 1 the first reply sent ahead (the child's repeat set), 2 repeated, 3 not (2 is
+    # held: its values are not written over, the kept outputs bound anew), 4 and 5 repeated (3 dropped)
+    assert again == [2, 4, 5], kids
+    assert all(kid > 0 for i in (0, 1, 3) for kid in kids[i])
+    mine = np.array([[s.head(0, h) for h in range(2)] for s in held])
+    monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
+    want_heads, want_logits, _, _ = runs()
+    np.testing.assert_array_equal(mine, want_heads[2])  # the held result, after runs 3-5 of its length
+    for i in range(len(inputs)):
+        np.testing.assert_array_equal(np.array(heads[i]), np.array(want_heads[i]), err_msg=f"run {i}")
+        np.testing.assert_array_equal(logits[i], want_logits[i], err_msg=f"run {i}")
+    child = host._host
+    assert child is not None and child.kept_count() == len(held) * 2 + 1  # Q, Kᵀ per site, the mask
+    del held
+    gc.collect()
+    assert child.kept_count() == 0
+
+
+def test_a_child_killed_during_a_repeated_run_is_one_crash_and_the_next_run_starts_anew(tmp_path, monkeypatch):
+    """The child killed right after the parent's "again" went out (its outputs being made here meanwhile): the run
+    ends in ModelCrashed with the child's death in one line, and a run in a fresh child (the model opened again:
+    one that crashed stays refused) draws the heads of its own tokens (against the same tokens in this process)."""
+    import os
+    import signal
+
+    import pytest
+
+    from attnviz.runtime.child import ModelCrashed
+
+    monkeypatch.setenv("ATTNVIZ_QK_DEVICE", "on")
+    host.shutdown()  # a fresh child (see above)
+    path = tiny_text_model(tmp_path / "lm.onnx", classifier=False, heads=2, d=16, causal=True)
+    rng = np.random.default_rng(11)
+    inputs = [rng.integers(3, 12, (1, 1400)) for _ in range(4)]
+    m = rm.open_model(path, provider="cpu")
+    for i, ids in enumerate(inputs[:3]):  # the third repeats: the fourth goes as "again", its outputs made ahead
+        r = m.run({"input_ids": ids}, mode="ondemand")
+        assert all(v.kid < 0 for s in r.maps for v in (s.q, s.k)) == (i == 2)
+        del r
+        gc.collect()
+    child = host._host
+    assert child is not None
+    sent = child.write
+
+    def write_then_kill(data: bytes) -> None:
+        sent(data)
+        assert pickle.loads(data)[0] == "forget_then" and pickle.loads(data)[1][1] == "again"
+        os.kill(child.proc.pid, signal.SIGKILL)
+
+    child.write = write_then_kill
+    with pytest.raises(ModelCrashed) as e:
+        m.run({"input_ids": inputs[3]}, mode="ondemand")
+    assert str(e.value).startswith("the model crashed onnxruntime: the process was killed by SIGKILL while running")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ModelCrashed, match="^the model crashed onnxruntime: the process was killed by SIGKILL"):
+        m.run({"input_ids": inputs[3]}, mode="ondemand")  # the model that crashed stays refused, in the same words
+    got = rm.open_model(path, provider="cpu").run({"input_ids": inputs[3]}, mode="ondemand")  # opened again
+    assert host._host is not child and all(v.kid > 0 for s in got.maps for v in (s.q, s.k))
+    heads = np.array([[s.head(0, h) for h in range(2)] for s in got.maps])
+    monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
+    want = rm.open_model(path, provider="cpu").run({"input_ids": inputs[3]}, mode="ondemand")
+    np.testing.assert_array_equal(heads, np.array([[s.head(0, h) for h in range(2)] for s in want.maps]))
+    del got
+    gc.collect()
+    assert host._host.kept_count() == 0  # the fresh child dropped what it kept once the result went
