@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.interrupts import TERMINATED_EXIT, Terminated, terminate_as_interrupt, terminated
@@ -80,13 +80,19 @@ def error_line(e: AttnvizError) -> str:
     return f"attnviz: error: {msg}" + (f" (see {flag})" if flag and flag not in msg else "")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors in one line, as every other refusal is: ``PROG: error: WHAT; see 'PROG --help'``.  argparse
+    printed its whole usage block first (8–12 lines for extract or compare), with the problem on the last line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``only``, the other commands are listed but their modules are not imported: a command
     imports what it uses and nothing else (``attnviz inspect`` has no business loading Qt, torch, matplotlib
     or pyarrow: a quarter of a second to seconds before the first line)."""
-    p = argparse.ArgumentParser(
-        prog="attnviz", description="Find, run and inspect attention in ONNX transformer models."
-    )
+    p = OneLineParser(prog="attnviz", description="Find, run and inspect attention in ONNX transformer models.")
     p.add_argument("--version", action="version", version=f"attnviz {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, modname in COMMANDS.items():
