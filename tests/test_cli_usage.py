@@ -117,3 +117,36 @@ def test_a_word_near_no_command_or_a_file_of_that_name_still_opens(tmp_path, mon
     (tmp_path / "inspct").mkdir()
     assert _misspelt_command("inspct") is None
     assert _misspelt_command("model.onnx") is None and _misspelt_command("--text") is None
+
+
+@pytest.mark.parametrize("command", ["compare", "ablate"])
+@pytest.mark.parametrize("top", ["-1", "x"])
+def test_a_negative_or_non_number_top_is_refused(command, top, capsys, tmp_path):
+    """``--top -1`` printed no heads (compare) or all but the last (ablate's slice), with exit 0."""
+    argv = [command, "models/translation.onnx", "--top", top, "--out", str(tmp_path / "o")]
+    argv += ["--heads", "0.0"] if command == "ablate" else ["models/translation.onnx"]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"attnviz {command}: error: argument --top: "), err
+    assert not any(tmp_path.iterdir())
+
+
+def test_top_zero_still_runs(tmp_path, capsys):
+    """0 is a number of heads: the summary prints none (the outputs are written as for any K)."""
+    out = tmp_path / "o"
+    code = main(
+        [
+            "compare",
+            "models/translation.onnx",
+            "models/translation.onnx",
+            "--top",
+            "0",
+            "--text",
+            "a b",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0 and (out / "heads.parquet").is_file()

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from attnviz.corpus import outfiles
+from attnviz.corpus.config import heads_shown
 from attnviz.corpus.tables import HEADS, RUN, given_input, row_keys, write_heads
 
 HELP = "switch attention heads off (a gate in an in-memory copy of the graph) and measure the output change"
@@ -78,7 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="resize images to H W")
     p.add_argument("--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean")
     p.add_argument("--image-std", type=float, nargs="+", metavar="S", help="per-channel std")
-    p.add_argument("--top", type=int, default=5, metavar="K", help="heads printed, largest KL first (default 5)")
+    p.add_argument(
+        "--top", type=heads_shown, default=5, metavar="K", help="heads printed, largest KL first (default 5)"
+    )
     corpus = p.add_argument_group("over a corpus (--texts)")
     corpus.add_argument(
         "--label-column",

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.corpus import outfiles
+from attnviz.corpus.config import heads_shown
 from attnviz.corpus.tables import HEADS, RUN, given_input, write_heads
 
 HELP = "compare two models' attention head by head on the same input (quantized vs full, two checkpoints, ...)"
@@ -33,7 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("other", metavar="B", help="the second model, compared with A")
     add_input_arguments(p, model_required=False)
     p.add_argument("--out", required=True, metavar="DIR", help=f"results folder: {HEADS}, {RUN} (and items.parquet)")
-    p.add_argument("--top", type=int, default=5, metavar="K", help="heads printed, most changed first (default 5)")
+    p.add_argument(
+        "--top", type=heads_shown, default=5, metavar="K", help="heads printed, most changed first (default 5)"
+    )
     for side in ("a", "b"):  # A and B may be one Hub repository: its full-precision files against a quantized set
         p.add_argument(
             f"--variant-{side}",

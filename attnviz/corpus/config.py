@@ -64,3 +64,17 @@ class CorpusConfig(EngineConfig):
     audio_dir: str | None = None  # a folder of recordings for a speech model (corpus/audio_items.py)
     gold_dir: str | None = None  # their reference word times, NAME.tsv or NAME.TextGrid per NAME.wav
     tier: str | None = None  # the TextGrid tier of the words
+
+
+def heads_shown(text: str) -> int:
+    """``--top K`` of compare and ablate: how many heads the summary prints, 0 or more.  A negative K printed none
+    (compare) or all but the last |K| (ablate's slice), with exit 0."""
+    import argparse
+
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of heads (e.g. 5)") from None
+    if k < 0:
+        raise argparse.ArgumentTypeError(f"{k}: give a number of heads ≥ 0 (0 prints none)")
+    return k
