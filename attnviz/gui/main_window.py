@@ -274,9 +274,11 @@ class MainWindow(QMainWindow):
 
     def _follow_view_block(self, _index: int = -1) -> None:
         """Alignment and Image regions show one block (cross-attention, the image block): select it, so the
-        block box names what is drawn instead of the block another tab was on."""
+        block box names what is drawn instead of the block another tab was on.  A view on a scale of its own greys
+        the colour-scale and log boxes (View.scale_note)."""
         s = self.session
         view = self.current_view()
+        self.controls.set_scale_note(getattr(view, "scale_note", None))
         if s.result is None or not s.blocks:
             return
         want = None

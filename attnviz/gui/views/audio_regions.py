@@ -40,6 +40,7 @@ def _region(span: tuple[float, float], colour: str, alpha: int) -> pg.LinearRegi
 
 class AudioRegionsView(View):
     title = tab_title("audio")
+    scale_note = "Audio regions draw each word's weights over the frames on their own scale (the curve's axis)"
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)

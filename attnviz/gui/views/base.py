@@ -32,6 +32,9 @@ class View(QWidget):
     """
 
     title = "view"
+    # None: the view draws on the colour-scale box's and the log box's choice; else why it does not (the window
+    # greys both boxes while the view is shown, with this as their tooltip: a box that moves nothing misleads)
+    scale_note: str | None = None
 
     def __init__(self, session, parent=None):
         super().__init__(parent)

@@ -83,6 +83,10 @@ NO_PICTURE = (
 
 class ImageRegionsView(View):
     title = tab_title("image")
+    scale_note = (
+        "Image regions stretch each map to its own peak (its colour bar says 'stretched to this map'): a word's "
+        "weight spreads over many patches, and on 0–1 every map would read dark"
+    )
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)

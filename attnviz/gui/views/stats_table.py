@@ -67,6 +67,7 @@ class StatsView(View):
     position)`` when one is right-clicked (its menu switches the head off)."""
 
     title = tab_title("stats")
+    scale_note = "Head stats is a table of numbers: no colour scale"
     picked = Signal(int, int)
     browsed = Signal(int, int)  # ↑/↓ in the focused table moved to this row's (layer, head)
     context_requested = Signal(int, int, QPoint)

@@ -159,6 +159,7 @@ class LinksCanvas(QWidget):
 
 class TokenLinksView(View):
     title = tab_title("links")
+    scale_note = "Token links shade each link by its share of the strongest link shown"
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)

@@ -16,10 +16,16 @@ from PySide6.QtWidgets import (
 
 from attnviz.core.rows import row_noun
 from attnviz.core.view import SCALES, n_steps
+from attnviz.core.view.palette import LOG_DECADES
 from attnviz.gui.selection import MODE_TITLES, MODES
 from attnviz.gui.widgets.elided_combo import ElidedCombo
 
 ROW_TIP = "which row of a padded batch to show (each row keeps its own tokens)"
+SCALE_TIP = (
+    "the top of the colour bar: 0–1 (weights are probabilities; near-uniform attention stays faint), the "
+    "largest weight of any head of the block (heads compare), or this map's own maximum (most contrast)"
+)
+LOG_TIP = f"colours on a log scale, {LOG_DECADES} decades below the top weight (weak weights become visible)"
 BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
 
 
@@ -46,13 +52,11 @@ class Controls(QWidget):
         self.keep.setValue(100)
         self.keep.setToolTip("keep, per row, the largest weights holding this share of the row's mass")
         self.log = QCheckBox("log scale")
+        self.log.setToolTip(LOG_TIP)
         self.scale = QComboBox()
         for name, words in SCALES.items():
             self.scale.addItem(words, name)
-        self.scale.setToolTip(
-            "the top of the colour bar: 0–1 (weights are probabilities; near-uniform attention stays faint), the "
-            "largest weight of any head of the block (heads compare), or this map's own maximum (most contrast)"
-        )
+        self.scale.setToolTip(SCALE_TIP)
         self.hide_special = QCheckBox("hide special tokens")
         self.hide_special.setToolTip("drop [CLS]/[SEP]/BOS/EOS/pad rows and columns and renormalise rows")
         self.step = QSlider(Qt.Horizontal)
@@ -126,6 +130,13 @@ class Controls(QWidget):
         finally:
             self._syncing = False
         self.sync()
+
+    def set_scale_note(self, note: str | None) -> None:
+        """The view shown draws on its own scale (``note`` says how: views.base.View.scale_note): the colour-scale
+        and log boxes greyed, their tooltip the view's words; ``None``: both back as they were."""
+        for box, tip in ((self.scale, SCALE_TIP), (self.log, LOG_TIP)):
+            box.setEnabled(note is None)
+            box.setToolTip(tip if note is None else note)
 
     def sync(self) -> None:
         s = self.session
