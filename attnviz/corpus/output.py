@@ -289,6 +289,23 @@ class CorpusResults:
         return (*ROW_STATS, "induction", "role_score", *gold)
 
 
+# the other commands that write heads.parquet + run.json, told by keys only their run.json has (compare and ablate,
+# one input or a corpus): a folder of theirs opened as corpus results says which command wrote it
+OTHER_WRITERS = (("attnviz compare", ("models", "unmatched")), ("attnviz ablate", ("mode", "not_ablated")))
+
+
+def _other_writer(folder: Path) -> str | None:
+    from attnviz.corpus import results_check as check
+
+    try:
+        obj = read_json(check.results_file(folder, RUN), RUN, fix=check.FIX)
+    except AttnvizError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    return next((cmd for cmd, keys in OTHER_WRITERS if all(k in obj for k in keys)), None)
+
+
 def read(folder: str | Path) -> CorpusResults:
     """A results folder read back through :mod:`attnviz.corpus.results_check` (files inside the folder, row
     counts capped from the footers, columns and ``run.json`` keys of the right types); one line otherwise."""
@@ -299,8 +316,11 @@ def read(folder: str | Path) -> CorpusResults:
         folder = folder.parent  # the user picked heads.parquet or run.json
     missing = [n for n in (HEADS, EXAMPLES, RUN) if not (folder / n).is_file()]
     if missing:
+        writer = _other_writer(folder) if EXAMPLES in missing and RUN not in missing else None
+        said = f"written by '{writer}', " if writer else ""
         raise AttnvizError(
-            f"{folder}: not a corpus results folder (missing {', '.join(missing)}); run 'attnviz corpus MODEL --texts FILE --out DIR' first"
+            f"{folder}: {said}not a corpus results folder (missing {', '.join(missing)}); run 'attnviz corpus MODEL --texts FILE --out DIR' first"
+            + (" (the window compares two models with File ▸ Compare with…)" if writer == "attnviz compare" else "")
         )
     files = {n: check.results_file(folder, n) for n in (HEADS, EXAMPLES, RUN)}
     obj = read_json(files[RUN], RUN, fix=check.FIX)  # its message names the file's path
