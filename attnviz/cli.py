@@ -238,11 +238,11 @@ def _run_command(args: argparse.Namespace) -> int:
     except AttnvizError as e:
         print(one_line(error_line(e)), file=sys.stderr)
         return 2
-    except Terminated:
-        print("attnviz: terminated (SIGTERM)", file=sys.stderr)
+    except Terminated as e:  # a message: what the command kept and how to go on (train's checkpoint)
+        print("attnviz: terminated (SIGTERM)" + (f"; {e}" if str(e) else ""), file=sys.stderr)
         return TERMINATED_EXIT
-    except KeyboardInterrupt:
-        print("attnviz: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print("attnviz: interrupted" + (f"; {e}" if str(e) else ""), file=sys.stderr)
         return 130
     except MemoryError:
         print(

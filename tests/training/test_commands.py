@@ -80,9 +80,12 @@ def test_interrupted_training_resumes(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(type(task), "loss", flaky_loss)
     out = tmp_path / "run"
     args = ["train", "sequence-classification", "--preset", "tiny", "--steps", "12", "--out", str(out), "--quiet"]
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert "interrupted at step 7/12" in err and "run the same command again to resume" in err
+    assert main(args) == 130  # a Ctrl-C's exit, as every command's
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"attnviz: interrupted; training stopped at step 7/12; checkpoint saved in {out}, "
+        "run the same command again to resume"
+    )
     assert not (out / "model.onnx").exists()  # nothing half-written where the model is expected
     assert main(args) == 0
     assert any(
@@ -106,10 +109,10 @@ def test_interrupted_export_exports_on_the_same_command_without_training_again(t
     real_export = export_module.export
     monkeypatch.setattr(export_module, "export", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     out = tmp_path / "run"
-    assert main(args(out)) == 2
+    assert main(args(out)) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
-        f"attnviz: error: interrupted while exporting; training finished and is saved in {out}, "
+        f"attnviz: interrupted; stopped while exporting; training finished and is saved in {out}, "
         "run the same command again to export it"
     )
     assert not (out / "model.onnx").exists()

@@ -197,10 +197,10 @@ def _run(args) -> int:
                 print(_bar(ev), end="", file=sys.stderr, flush=True)
             elif not args.quiet and (ev.step % max(1, tcfg.steps // 20) < tcfg.log_every or ev.step == ev.total):
                 print(_bar(ev).strip(), file=sys.stderr)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # told as the stop it was (exit 130, or 143 for a SIGTERM), with how to go on
         events.close()
-        raise AttnvizError(
-            f"training interrupted at step {trainer.step}/{tcfg.steps}; checkpoint saved in {out}, "
+        raise type(e)(
+            f"training stopped at step {trainer.step}/{tcfg.steps}; checkpoint saved in {out}, "
             f"run the same command again to resume"
         ) from None
     if tty:
@@ -210,10 +210,9 @@ def _run(args) -> int:
     print(f"trained in {train_s:.1f}s; held-out (PyTorch): {json.dumps(held)}", file=sys.stderr)
     try:
         result = export(trainer.model, task, mcfg, tcfg, out / MODEL, evaluate=True, validation=trainer.best)
-    except KeyboardInterrupt:  # the finished checkpoint stands: the same command exports it without training
-        raise AttnvizError(
-            f"interrupted while exporting; training finished and is saved in {out}, "
-            f"run the same command again to export it"
+    except KeyboardInterrupt as e:  # the finished checkpoint stands: the same command exports it without training
+        raise type(e)(
+            f"stopped while exporting; training finished and is saved in {out}, run the same command again to export it"
         ) from None
     summary = {
         "task": task.name,
