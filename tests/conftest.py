@@ -23,14 +23,6 @@ os.environ["ATTNVIZ_SETTINGS"] = os.path.join(_settings_dir, "settings.ini")
 os.environ["ATTNVIZ_CACHE_DIR"] = os.path.join(_settings_dir, "cache")
 
 
-def pytest_collection_finish(session):
-    """The whole-tree code-quality gates this run will check start now, in the background (tests/gates.py: they
-    read only the checkout, and a 2-core machine's second core is mostly idle beside the suite's one process)."""
-    import gates
-
-    gates.start(item.name for item in session.items if item.path.name == "test_code_quality.py")
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
     """Once a test has made the QApplication, cyclic garbage is collected in this (the GUI) thread only, as in the

@@ -9,10 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gates
 import pytest
+from optimum_env import CACHE
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def _tool(name: str) -> str:
@@ -22,26 +26,21 @@ def _tool(name: str) -> str:
     return exe
 
 
-def _gate(test: str) -> subprocess.CompletedProcess:
-    """The whole-tree gate of ``test``, started in the background when the run collected it (tests/gates.py)."""
-    out = gates.result(test)
-    if isinstance(out, str):
-        pytest.skip(f"{out} is not installed (pip install -e '.[test]')")
-    return out
-
-
 def test_ruff_lint_is_clean():
-    out = _gate("test_ruff_lint_is_clean")
+    out = _run(_tool("ruff"), "check", "--no-cache", ".")
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-1000:]
 
 
 def test_ruff_format_is_applied():
-    out = _gate("test_ruff_format_is_applied")
+    out = _run(_tool("ruff"), "format", "--check", "--no-cache", ".")
     assert out.returncode == 0, "run `ruff format .`:\n" + out.stdout[-4000:] + out.stderr[-1000:]
 
 
 def test_mypy_is_clean():
-    out = _gate("test_mypy_is_clean")  # (its cache: tests/gates.py)
+    _tool("mypy")
+    # incremental, with a cache kept per machine (not in the checkout): a fresh clone (CI) reuses the analysis of
+    # every module whose source hash is unchanged (~6 s instead of ~30 s of CPU); mypy checks each hash itself
+    out = _run(sys.executable, "-m", "mypy", "--cache-dir", str(CACHE / "mypy"))
     assert out.returncode == 0 and "Success" in out.stdout, out.stdout[-4000:] + out.stderr[-1000:]
 
 
