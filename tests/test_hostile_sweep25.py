@@ -170,7 +170,16 @@ def test_sigterm_of_corpus_stops_it_as_ctrl_c_does(tmp_path):
     assert not (out / "heads.parquet").exists()
 
 
-def test_a_sigterm_inside_a_held_block_is_raised_when_the_block_ends():
+@pytest.fixture
+def default_sigterm():
+    """SIGTERM at its default for the test, as a fresh `attnviz` process has it: an earlier test in this process may
+    have left a handler of its own (Ray's driver sets one in ray.init), which attnviz leaves alone by design."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_sigterm_inside_a_held_block_is_raised_when_the_block_ends(default_sigterm):
     """core.interrupts.held keeps a block whole (a pool recording the worker it spawned, outputs published
     together) against a SIGTERM raised as an interrupt too, as it does against Ctrl-C."""
     import os
@@ -178,7 +187,7 @@ def test_a_sigterm_inside_a_held_block_is_raised_when_the_block_ends():
     from attnviz.core.interrupts import Terminated, held, terminate_as_interrupt
 
     previous = terminate_as_interrupt()
-    assert previous is not None  # pytest leaves SIGTERM at its default
+    assert previous is not None  # SIGTERM was at its default (the fixture)
     done = []
     try:
         with pytest.raises(Terminated):
@@ -192,7 +201,7 @@ def test_a_sigterm_inside_a_held_block_is_raised_when_the_block_ends():
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is POSIX")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_stop_inside_an_extensions_import_is_told_as_the_stop(monkeypatch, capsys, signum):
+def test_a_stop_inside_an_extensions_import_is_told_as_the_stop(monkeypatch, capsys, signum, default_sigterm):
     """A SIGTERM (or Ctrl-C) that lands while a C extension initialises comes out as that import's ImportError
     (numpy's "IMPORTANT: PLEASE READ THIS ..."): the command says it was stopped, not that attnviz has a bug.  The
     stand-in run raises the signal and turns what it raises into an ImportError, as numpy's import did (seen once in

@@ -249,7 +249,11 @@ def test_a_worker_killed_mid_run_is_one_crash_line_and_keeps_the_checkpoint(plan
             return
         isolation = host._host.proc.pid if host._host is not None else None  # the driver's own probe child
         for c in psutil.Process().children():
-            if c.pid != isolation and "spawn_main" in " ".join(c.cmdline()):
+            try:
+                line = " ".join(c.cmdline())
+            except psutil.Error:  # a child that ended meanwhile (a zombie until reaped): not a pool worker
+                continue
+            if c.pid != isolation and "spawn_main" in line:
                 c.send_signal(signal.SIGKILL)
                 killed.append(c.pid)
 
