@@ -73,6 +73,25 @@ def test_whole_model_maps_and_labels_equal_transformers(dual, reference, arch):
 
 
 @pytest.mark.parametrize("arch", ["clip", "siglip"])
+def test_the_run_counts_text_and_image_tokens_apart(dual, reference, arch):
+    """The Run sidebar said "tokens 16" for a dual encoder: the image tower's patches, not the text's tokens. Each
+    row's text tokens are its mask's 1s (the second row padded), the image's the config's (32 / 8)² patches (and
+    CLIP's class embedding)."""
+    from attnviz.core.token_counts import token_rows
+
+    kw, _, _ = reference(arch)
+    _, res = _run(dual(arch), kw)
+    words = [int(n) for n in kw["attention_mask"].sum(-1)]
+    patches = (hf_models.DUAL_VISION["image_size"] // hf_models.DUAL_VISION["patch_size"]) ** 2
+    cls = arch == "clip"  # CLIP's tower puts its class embedding before the patches; SigLIP's has none
+    assert words == [7, 5]
+    assert dict(token_rows(res)) == {
+        "text tokens": " · ".join(f"row {b}: {n} in the text tower" for b, n in enumerate(words)),
+        "image tokens": f"{patches + cls} in the image tower (4×4{' + 1 other' if cls else ''} patches)",
+    }
+
+
+@pytest.mark.parametrize("arch", ["clip", "siglip"])
 def test_one_image_against_several_texts(dual, reference, arch):
     """Zero-shot use feeds one image and several candidate texts: the text tower's batch of two was a multiple of the
     image batch of one and was refused as Swin's windows ("attends within windows ... as Swin does", an audit's raw
