@@ -78,6 +78,15 @@ def _one_row(result: AttentionResult) -> list[tuple[str, str]]:
     if result.audio is not None and result.tokens is not None and all(s.stack == "encoder" for s in result.sites):
         # a speech encoder alone (wav2vec2): its positions are the sound's frames, not tokens
         return [("frames", f"{_n(result.tokens)} of {result.audio.frame_seconds * 1000:g} ms")]
+    if result.key_tokens is not None and result.tokens is not None and any(s.tower == "text" for s in result.sites):
+        # a dual encoder (CLIP, SigLIP): its first axis is the image tower's patches, the text tower's its second;
+        # "tokens" counted the patches alone and hid the text
+        g = result.patch_grid
+        where = f" ({_grid_words(g)} patches)" if g is not None else ""
+        return [
+            ("text tokens", f"{_n(result.key_tokens)} in the text tower"),
+            ("image tokens", f"{_n(result.tokens)} in the image tower{where}"),
+        ]
     captioner = result.patch_grid is not None and any(s.stack == "decoder" and s.kind == "cross" for s in result.sites)
     if captioner and result.tokens is not None and result.key_tokens is not None:
         return _captioner(result.patch_grid, _n(result.tokens), _n(result.key_tokens))

@@ -336,6 +336,16 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
     try:
         layer = check_layer(b, spec.layer)
     except AttnvizError as e:
+        if spec.layer_from is None and spec.block is None and len(result.blocks()) > 1:
+            # the block was not asked for: a VLM's first block is its vision tower (one layer), so a decoder layer
+            # given alone was refused naming only the tower, with no word of the block to choose instead
+            blocks = ", ".join(
+                f"{i} ({block_label(x)}, layers 0..{x.n_layers - 1})" for i, x in enumerate(result.blocks())
+            )
+            raise AttnvizError(
+                f"{e} (block {bi}, drawn when --block is not given); choose the block with --block: {blocks}",
+                param="layer",
+            ) from None
         if spec.layer_from is None:
             raise
         # with a range, the layer is its top: the setting to fix is the range (--layers LO-HI), not --layer

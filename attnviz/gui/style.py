@@ -69,3 +69,6 @@ def set_colorbar(bar: pg.ColorBarItem, levels: tuple[float, float], log: bool, l
     bar.setLevels(levels)
     bar.axis.setTicks(colorbar_ticks(levels, log))
     bar.axis.setLabel(label if label is not None else vm.weight_label(log))
+    # pyqtgraph's ColorBarItem fixes its axis at 45 px, room for "0.5" and the label, not for "0.015": the label
+    # was drawn over longer tick labels (a small map's stretched scale); its own width from the text it holds
+    bar.axis.setWidth(None)

@@ -569,7 +569,9 @@ def export_hf(
     positions = _max_positions(config)
     if positions and fam.text:
         meta["max_positions"] = positions
-    if task.endswith("classification") and id2label:
+    # a dual encoder's classes are the texts it is given: its config's id2label is transformers' LABEL_0, LABEL_1
+    # placeholder, which the sidebar then named as a two-text run's prediction
+    if task.endswith("classification") and id2label and fam.name != "dual":
         meta["labels"] = [id2label[i] if i in id2label else id2label.get(str(i), str(i)) for i in range(len(id2label))]
     if image is not None:
         meta["image"] = image

@@ -180,6 +180,32 @@ def test_bad_input_gives_one_clear_line(maps, tmp_path, capsys, extra, msg):
     assert not out.exists()
 
 
+def test_a_layer_the_default_block_lacks_names_the_blocks_that_have_it(tmp_path, capsys):
+    """A vision–language model's first block is its vision tower, often one layer: ``figure --maps M --layer 1``
+    named only the tower's range, not that --block chooses the decoder, whose layer 1 it is (an audit on LLaVA).
+    The line names every block's layers, and the block it names then draws."""
+    import numpy as np
+    from figure_data import _axis, softmax_maps
+
+    from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo
+
+    rng = np.random.default_rng(3)
+    words = ["<s>", "a", "red", "cat"]
+    maps = [DenseMap(softmax_maps(rng, 2, 4, 4))]  # the tower's one layer
+    sites = [SiteInfo("encoder", "self", 0, 2, "tower0", "softmax")]
+    for i in range(2):
+        maps.append(DenseMap(softmax_maps(rng, 2, 4, 4, causal=True)))
+        sites.append(SiteInfo("decoder", "self", i, 2, f"dec{i}", "softmax"))
+    npz = save_npz(AttentionResult(maps, sites, tokens=_axis(words)), tmp_path / "two.npz")
+    out = tmp_path / "f.png"
+    assert fig("--maps", npz, "--layer", "1", "--out", out, "--dpi", 40) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert "layer 1 is out of range; encoder self-attention has layers 0..0 (block 0, drawn when --block" in err
+    assert "0 (encoder self, layers 0..0), 1 (decoder self, layers 0..1)" in err
+    assert fig("--maps", npz, "--block", "1", "--layer", "1", "--out", out, "--dpi", 40) == 0
+
+
 @pytest.mark.parametrize(
     "out,msg",
     [

@@ -83,3 +83,28 @@ def test_the_colour_bar_runs_as_high_as_the_picture(qtbot, real_window):
     x = bar.center().x()
     assert np.abs(_rgb_at(grab, x, pic.top() + 2) - lut[-1][:3].astype(int)).max() <= 12
     assert np.abs(_rgb_at(grab, x, pic.bottom() - 2) - lut[0][:3].astype(int)).max() <= 12
+
+
+def test_the_colour_bar_label_clears_its_tick_labels(qtbot, real_window):
+    """pyqtgraph's ColorBarItem fixes its axis at 45 px: enough for "0.5" and the label beside it, not for a small
+    map's stretched ticks ("0.015", "0.06"), over which the label was drawn (an audit's Idefics3 screenshot). The
+    label's left edge lies right of the longest tick label's right edge, measured with the tick font's metrics."""
+    from PySide6.QtGui import QFontMetricsF
+
+    w = real_window
+    open_and_wait(qtbot, w, DEMO)
+    w.select_view("image")
+    ax = w.image_regions.colorbar.axis
+    ticks = [text for level in ax._tickLevels for _value, text in level]
+    assert any(len(t) >= 4 for t in ticks), ticks  # the case at hand: ticks longer than "0.5"
+    widest = max(QFontMetricsF(ax.style["tickFont"] or ax.font()).horizontalAdvance(t) for t in ticks)
+
+    def clear():
+        # a right-hand axis draws its tick labels from its left edge (its geometry's: the bounding rect also holds the
+        # inward ticks), after the tick's length when it points outward and the text offset; the label (turned a
+        # quarter) draws its words its document's margin inside its box
+        text_right = ax.mapToScene(0.0, 0.0).x() + max(0, ax.style["tickLength"]) + ax.style["tickTextOffset"][0]
+        words_left = ax.label.sceneBoundingRect().left() + ax.label.document().documentMargin()
+        return words_left >= text_right + widest
+
+    qtbot.waitUntil(clear, timeout=3000)

@@ -73,6 +73,51 @@ def test_whole_model_maps_and_labels_equal_transformers(dual, reference, arch):
 
 
 @pytest.mark.parametrize("arch", ["clip", "siglip"])
+def test_the_run_counts_text_and_image_tokens_apart(dual, reference, arch):
+    """The Run sidebar said "tokens 16" for a dual encoder: the image tower's patches, not the text's tokens. Each
+    row's text tokens are its mask's 1s (the second row padded), the image's the config's (32 / 8)² patches (and
+    CLIP's class embedding)."""
+    from attnviz.core.token_counts import token_rows
+
+    kw, _, _ = reference(arch)
+    _, res = _run(dual(arch), kw)
+    words = [int(n) for n in kw["attention_mask"].sum(-1)]
+    patches = (hf_models.DUAL_VISION["image_size"] // hf_models.DUAL_VISION["patch_size"]) ** 2
+    cls = arch == "clip"  # CLIP's tower puts its class embedding before the patches; SigLIP's has none
+    assert words == [7, 5]
+    assert dict(token_rows(res)) == {
+        "text tokens": " · ".join(f"row {b}: {n} in the text tower" for b, n in enumerate(words)),
+        "image tokens": f"{patches + cls} in the image tower (4×4{' + 1 other' if cls else ''} patches)",
+    }
+
+
+@pytest.mark.parametrize("arch", ["clip", "siglip"])
+def test_one_image_against_several_texts(dual, reference, arch):
+    """Zero-shot use feeds one image and several candidate texts: the text tower's batch of two was a multiple of the
+    image batch of one and was refused as Swin's windows ("attends within windows ... as Swin does", an audit's raw
+    feeds).  A result's rows pair image i with text i, so that is refused in one line saying so and what to give;
+    the image repeated once per text then gives the text tower's maps of every text (transformers' on the same texts)
+    and the image's in every row."""
+    from attnviz import AttnvizError
+
+    kw, ref, _ = reference(arch)
+    one = {k: v.numpy() for k, v in kw.items()}
+    one["pixel_values"] = one["pixel_values"][:1]
+    am = open_model(dual(arch), provider="cpu")
+    with pytest.raises(AttnvizError) as e:
+        am.analyze(feeds=one)
+    msg = str(e.value)
+    assert "rows pair image i with text i" in msg and "1 image and 2 texts were fed" in msg and "Swin" not in msg
+    one["pixel_values"] = np.repeat(one["pixel_values"], 2, axis=0)
+    res = am.analyze(feeds=one)
+    n_vision = 3 if arch == "siglip" else 2
+    for g, r in zip(res.maps[n_vision:], ref[n_vision:]):  # the texts' maps, whatever the image
+        np.testing.assert_allclose(g.array(), r, atol=ATOL)
+    for g, r in zip(res.maps[:n_vision], ref[:n_vision]):  # image 0's in both rows
+        np.testing.assert_allclose(g.array(), np.repeat(r[:1], 2, axis=0), atol=ATOL)
+
+
+@pytest.mark.parametrize("arch", ["clip", "siglip"])
 @pytest.mark.parametrize("part", ["text", "vision"])
 def test_single_towers(dual, reference, arch, part):
     """A tower exported alone: CLIP's causal text tower is still an encoder (its pooling ArgMax over the ids says
