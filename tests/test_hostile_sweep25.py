@@ -226,3 +226,27 @@ def test_a_stop_inside_an_extensions_import_is_told_as_the_stop(monkeypatch, cap
         if signum == signal.SIGTERM
         else (130, ["attnviz: interrupted"])
     )
+
+
+def test_a_ray_start_does_not_take_sigterm_from_the_command(default_sigterm, monkeypatch):
+    """``ray.init`` sets its driver's SIGTERM handler (it exits with code 15 and no word: a `kill PID` of
+    `corpus --engine ray` gave rc 15 and an empty stderr); attnviz's handler is put back after Ray starts.  The
+    stand-in start sets a foreign handler as Ray's does, so the test needs no cluster."""
+    import types
+
+    from attnviz.core.interrupts import raise_terminated, terminate_as_interrupt
+    from attnviz.corpus import ray_engine
+
+    def foreign(signum, frame):
+        raise SystemExit(15)
+
+    fake_ray = types.SimpleNamespace(is_initialized=lambda: False)
+    monkeypatch.setattr(ray_engine, "_ray", lambda: fake_ray)
+    monkeypatch.setattr(ray_engine, "_start", lambda *a: signal.signal(signal.SIGTERM, foreign))
+    terminate_as_interrupt()
+    assert ray_engine._init(types.SimpleNamespace(ray_address=None)) is fake_ray
+    assert signal.getsignal(signal.SIGTERM) is raise_terminated
+    # where the command does not raise SIGTERM as a stop (the window, a caller's own handler), Ray's stays
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    ray_engine._init(types.SimpleNamespace(ray_address=None))
+    assert signal.getsignal(signal.SIGTERM) is foreign

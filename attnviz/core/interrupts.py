@@ -46,6 +46,20 @@ def terminate_as_interrupt() -> Any:
     return signal.signal(signal.SIGTERM, raise_terminated)
 
 
+@contextmanager
+def sigterm_kept() -> Iterator[None]:
+    """A library started in the block (``ray.init``: its driver's handler exits with code 15 and no word) does not
+    take SIGTERM from a command that raises it as a stop: attnviz's handler is put back after the block."""
+    mine = (
+        threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is raise_terminated
+    )
+    try:
+        yield
+    finally:
+        if mine and signal.getsignal(signal.SIGTERM) is not raise_terminated:
+            signal.signal(signal.SIGTERM, raise_terminated)
+
+
 _HELD = (signal.SIGINT, signal.SIGTERM)
 
 

@@ -194,15 +194,13 @@ def _init(setup):
     ray = _ray()
     if ray.is_initialized():
         return ray
+    from attnviz.core.interrupts import sigterm_kept
+
     quiet_notices()
     kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        if setup.ray_address:
-            _reachable(setup.ray_address)  # Ray itself retries an unreachable address for minutes
-            ray.init(address=setup.ray_address, **kw)
-        else:  # a local cluster sized to the workers asked for (Ray would otherwise take every core)
-            start_local(num_cpus=setup.workers * setup.threads, num_gpus=1 if setup.gpu else 0)
-            atexit.register(_stop_monitor)  # runs before Ray's own shutdown at exit (registered at its import)
+        with sigterm_kept():  # `kill PID` stops a Ray run as Ctrl-C does, not by Ray's driver handler (exit 15)
+            _start(ray, setup, kw)
     except AttnvizError:
         raise
     except Exception as e:  # Ray's own failure to start or connect: its text is long and internal
@@ -216,6 +214,15 @@ def _init(setup):
             )
         ) from None
     return ray
+
+
+def _start(ray, setup, kw: dict[str, Any]) -> None:
+    if setup.ray_address:
+        _reachable(setup.ray_address)  # Ray itself retries an unreachable address for minutes
+        ray.init(address=setup.ray_address, **kw)
+    else:  # a local cluster sized to the workers asked for (Ray would otherwise take every core)
+        start_local(num_cpus=setup.workers * setup.threads, num_gpus=1 if setup.gpu else 0)
+        atexit.register(_stop_monitor)  # runs before Ray's own shutdown at exit (registered at its import)
 
 
 # The head processes a local ``ray.init`` starts that a run of attnviz on its own cluster never uses, and that
