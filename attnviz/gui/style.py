@@ -66,9 +66,25 @@ def colorbar_ticks(levels: tuple[float, float], log: bool) -> list[list[tuple[fl
 
 def set_colorbar(bar: pg.ColorBarItem, levels: tuple[float, float], log: bool, label: str | None = None) -> None:
     """Levels, round ticks and the view model's words (``label``; default the plain weight label)."""
+    ticks = colorbar_ticks(levels, log)
     bar.setLevels(levels)
-    bar.axis.setTicks(colorbar_ticks(levels, log))
+    bar.axis.setTicks(ticks)
     bar.axis.setLabel(label if label is not None else vm.weight_label(log))
-    # pyqtgraph's ColorBarItem fixes its axis at 45 px, room for "0.5" and the label, not for "0.015": the label
-    # was drawn over longer tick labels (a small map's stretched scale); its own width from the text it holds
-    bar.axis.setWidth(None)
+    bar.axis.setWidth(colorbar_axis_width(bar.axis, ticks))
+
+
+COLORBAR_AXIS_MIN = 45  # pyqtgraph's ColorBarItem's fixed axis width: room for "0.5" and the label beside it
+
+
+def colorbar_axis_width(axis: pg.AxisItem, ticks: list[list[tuple[float, str]]]) -> int:
+    """The colour bar's axis width for ``ticks``: pyqtgraph fixes 45 px, room for "0.5", not "0.015" (the label was
+    drawn over a small map's stretched ticks).  Measured from the tick font now, as AxisItem's own auto width adds
+    it up, not left to that auto width: it is only known after a first paint, and the Head map's long map would
+    then be pooled a second time for the narrower view (tests/gui/test_head_map_first_open.py)."""
+    from PySide6.QtGui import QFontMetricsF
+
+    st = axis.style
+    metrics = QFontMetricsF(st["tickFont"] or axis.font())
+    text = max((metrics.horizontalAdvance(t) for level in ticks for _value, t in level), default=0.0)
+    label = axis.label.boundingRect().height() * 0.8 if axis.label.isVisible() else 0.0
+    return max(COLORBAR_AXIS_MIN, math.ceil(text + st["tickTextOffset"][0] + max(0, st["tickLength"]) + label))

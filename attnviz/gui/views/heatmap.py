@@ -304,7 +304,10 @@ class HeatmapWidget(QWidget):
         self._long = max(tq, tk) > screen_cells()
         self._repool_timer.stop()
         if self._long:
-            self._fit_axes(pi)  # the view's pixels with the title, series and label bands just set: else pooled twice
+            # the colour bar's ticks (its axis's width) and the axes' labels set before the pool is planned: the
+            # view's pixels with every band in place, else pooled twice
+            self._set_bar(vm.map_label(mv, log))
+            self._fit_axes(pi)
             self._draw_region(self._plan() or vm.MapRegion(0, tq, 0, tk, *(-(-n // screen_cells()) for n in (tq, tk))))
         else:
             self.region = None
@@ -336,7 +339,13 @@ class HeatmapWidget(QWidget):
         self.shown = style.display_values(cells, self.log, (lo, hi))  # (log after max: log10 keeps the order)
         self.image.setImage(self.shown, autoLevels=False, levels=(lo, hi))
         self.image.setRect(rect)  # each cell over its runs of positions: axes, hover and boxes count positions
-        bar = ((lo, hi), self.log, vm.map_label(mv, self.log) + note, mv.diverging)  # the figure's words
+        self._set_bar(vm.map_label(mv, self.log) + note)
+
+    def _set_bar(self, words: str) -> None:
+        """The colour bar at the map's levels with ``words`` (the figure's)."""
+        mv = self.mv
+        assert mv is not None
+        bar = (self._levels, self.log, words, mv.diverging)
         if bar != self._bar:  # setting it again would re-lay the colour bar's axis on every head switch
             style.set_colorbar(self.colorbar, *bar[:3])
             self._bar = bar
