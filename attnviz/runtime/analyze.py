@@ -239,6 +239,7 @@ def _labelled(
         kind=model.kind,
         text=req.text,
         text_pair=req.text_pair,
+        texts=list(req.texts) if req.texts else None,
         batch=prep.batch,
         notes=list(result.info.get("notes", [])) + list(prep.notes),
         image=_image_name(req.image),
@@ -312,6 +313,8 @@ def _labelled(
             ]
         result.image = prep.shown
     set_row_axes(result, axes)
+    if model.kind in ("vision", "encoder"):  # a dual encoder's scores (or why a tower alone has none)
+        info.notes += _text_scores(model, req, prep, result)
     if prep.img_in is None and prep.audio is None:
         refuse_off_tokens(model, result, feeds)
     result.audio = prep.track
@@ -345,6 +348,19 @@ def _labelled(
         attach_word_times(model, result)
         result.info["total_s"] = time.perf_counter() - t0
     return result
+
+
+def _text_scores(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, result: AttentionResult) -> list[str]:
+    """Each row's score against its image, from the model's own pair logits (runtime/dual_scores.py)."""
+    from attnviz.runtime.dual_scores import attach_scores, row_text
+
+    if req.texts:
+        texts = list(req.texts)
+    elif req.text is not None and prep.batch == 1:
+        texts = [req.text]
+    else:  # raw feeds: each row's text as its tokens say it
+        texts = [row_text(a) for a in prep.src_rows]
+    return attach_scores(model, result, texts)
 
 
 def _image_name(image) -> str | None:
@@ -434,7 +450,7 @@ class AnalyzeMethod:
 
     def analyze(
         self: AttnModel,
-        text: str | None = None,
+        text: str | list[str] | None = None,
         text_pair: str | None = None,
         image=None,
         feeds: dict | None = None,
@@ -452,6 +468,7 @@ class AnalyzeMethod:
         beams: int = 1,
     ) -> AttentionResult:
         """Build feeds from text / image / audio / raw feeds, optionally generate greedily, run, and label axes.
+        ``text`` a list: a dual encoder's candidate texts against the one image (one batch row each, scored).
 
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
         steps and raises :class:`Cancelled`; inside a :func:`attnviz.runtime.host.cancel_scope` a cancel during a

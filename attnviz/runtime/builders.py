@@ -224,6 +224,14 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
         )
     sources = list(req.image) if isinstance(req.image, (list, tuple)) else [req.image]
     prep.image_count = len(sources)
+    if len(sources) > 1 and model.kind == "vision" and by_role(model, "tokens") is not None:
+        texts = len(req.texts) if req.texts else int(req.text is not None)
+        raise AttnvizError(
+            f"{len(sources)} images and {texts} text{'s' if texts != 1 else ''} given: {model.path.name} is a dual "
+            "encoder, run on one image against one or more texts (--image once, --text once per text); to pair "
+            "image i with text i, give raw feeds with as many images as texts (--inputs)",
+            param="image",
+        )
     sized = model.several_images(len(sources))  # refused in one line where the model takes one image a run
     loaded, infos = [], []
     for source in sources:
@@ -558,8 +566,62 @@ def _image_and_text(b: _Build) -> bool:
 
 def _pair_text(b: _Build) -> None:
     """A dual encoder's text: into its text tower's token inputs, as any encoder's (the image went in through
-    :func:`_image`); its rows become the text tower's axis (the image's patches are the other)."""
-    _encoder_text(b)
+    :func:`_image`); its rows become the text tower's axis (the image's patches are the other).  Several texts
+    (zero-shot: one image against candidate texts) are one batch row each, padded as the tokenizer pads, and the
+    image is repeated once per text: row i is the image and text i, which the pair logits score."""
+    if b.req.texts is None:
+        _encoder_text(b)
+        return
+    from attnviz.runtime.text_batch import pad_rows, padding_for
+    from attnviz.runtime.unknown_tokens import unknown_note
+
+    assert b.tok_in is not None and b.prep.img_in is not None
+    b.src_tok, b.tgt_tok = b.model.tokenizers
+    if b.src_tok is None:
+        raise _no_tokenizer(b.model)
+    encs = []
+    for k, text in enumerate(b.req.texts):
+        enc = b.src_tok.encode(text)
+        if not enc.ids:
+            raise AttnvizError(f"text {k + 1} ({text!r}) gives no tokens; type some words", param="text")
+        n = len(enc.ids)
+        notes: list[str] = []
+        enc = fit_positions(b.model, enc, b.req.max_tokens, notes)
+        b.prep.notes += [f"text {k + 1}: {x}" for x in notes]
+        unknown = unknown_note(b.src_tok, enc, f"text {k + 1}" + (" as cut" if len(enc.ids) < n else ""))
+        b.prep.notes += [unknown] if unknown is not None else []
+        encs.append(enc)
+    pad = padding_for(b.model, b.src_tok)
+    rows, masks = pad_rows(encs, pad)
+    fill_text_inputs(b.model, b.feeds, rows, None, ENCODER_ROLES)
+    mask_in = by_role(b.model, "mask")
+    if mask_in is not None:
+        b.feeds[mask_in.name] = np.asarray(masks, b.feeds[mask_in.name].dtype)
+    elif len({len(e.ids) for e in encs}) > 1:  # the shorter texts' pads are read as tokens, as the model's own
+        b.prep.notes.append(  # batched call without a mask reads them
+            f"{b.model.path.name} takes no attention mask: the shorter texts' padding is attended as tokens"
+        )
+    if not pad.source and any(0 in m for m in masks):
+        b.prep.notes.append(
+            "the texts were padded with id 0: neither the tokenizer files nor the model name a pad token"
+        )
+    b.feeds[b.prep.img_in.name] = np.repeat(b.feeds[b.prep.img_in.name][:1], len(rows), axis=0)
+    b.prep.batch = len(rows)
+    b.prep.src_rows = [labels(b.src_tok, r, m) for r, m in zip(rows, masks)]
+
+
+def _several_texts_refused(b: _Build) -> None:
+    """Several texts for a model that takes one: said in one line, naming what takes several."""
+    n = len(b.req.texts or ())
+    if _image_and_text(b):  # a dual encoder with a text pair: candidates are texts alone
+        why = "several texts are candidates alone, no text pair"
+    else:
+        why = f"{b.model.path.name} ({b.model.kind}) takes one text"
+    raise AttnvizError(
+        f"{n} texts given and {why}; several texts (--text once per text) are for a dual encoder (CLIP, SigLIP), "
+        "each scored against one image: give one text",
+        param="text",
+    )
 
 
 def _pair_refused(b: _Build) -> None:
@@ -574,6 +636,7 @@ def _pair_refused(b: _Build) -> None:
 
 # (test, builder) in order; no match: the source is the raw feeds (or an image) as they are
 SOURCE_BUILDERS: list[tuple[Callable[[_Build], bool], Callable[[_Build], None]]] = [
+    (lambda b: b.req.texts is not None and (not _image_and_text(b) or b.req.text_pair is not None), _several_texts_refused),
     (lambda b: _has_text(b) and b.series_in is not None and b.tok_in is None, _series_text),
     (lambda b: _has_text(b) and b.prep.decoder_is_tokens, _prompt_text),
     (lambda b: _has_text(b) and b.prep.img_in is not None and b.dec_in is not None and b.tok_in is None, _caption_text),

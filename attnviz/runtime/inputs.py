@@ -83,6 +83,13 @@ class TextEncoder:
     """What the runtime needs from a tokenizer."""
 
     unk_id: int | None = None
+    # the tokenizer file's own padding (tokenizers' ``Tokenizer.padding``: pad_id, direction, a fixed length), kept
+    # for a batch of texts (a dual encoder's candidates); None: the file sets none
+    padding: dict | None = None
+
+    def token_id(self, token: str) -> int | None:
+        """The id of ``token`` in the vocabulary (None: not in it, or the tokenizer cannot say)."""
+        return None
 
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> Encoded:  # pragma: no cover
         raise NotImplementedError
@@ -213,6 +220,7 @@ def encode_error(tok, source: str, texts: list[tuple[str, object]], pieces: list
 
 class HFTokenizer(TextEncoder):
     def __init__(self, tok, source: str):
+        self.padding = dict(tok.padding) if tok.padding else None  # before it is switched off below
         tok.no_padding()  # one sequence at a time: padding would only add [PAD] columns to every map
         # tokenizer.json truncation is a training-time choice (MiniLM's says 128 though its positions go to 512);
         # a viewer of long inputs keeps every token and says when the text is longer than that limit
@@ -232,6 +240,9 @@ class HFTokenizer(TextEncoder):
                     self._special.add(t.content)
         except Exception:
             pass
+
+    def token_id(self, token: str) -> int | None:
+        return self.tok.token_to_id(token)
 
     @classmethod
     def from_file(cls, path: Path, beside_model: bool = False) -> HFTokenizer:

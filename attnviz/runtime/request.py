@@ -21,6 +21,8 @@ MAX_BEAMS = 64  # each beam is a batch row of every step and of the maps kept
 class AnalyzeRequest:
     """One analysis: an input (text, text pair, image, audio or raw feeds), generation steps and run options."""
 
+    # a text; a list of them is accepted too: a dual encoder's candidate texts, each scored against the one image
+    # (normalised in __post_init__: ``text`` the first, ``texts`` all of them), so the engine reads ``text`` as one str
     text: str | None = None
     text_pair: str | None = None
     # an image file or array; a list of them: several images in one prompt (a vision–language model whose processor
@@ -41,8 +43,18 @@ class AnalyzeRequest:
     )
     # beam search with this many beams (1: greedy); the result's batch rows are the finished hypotheses, best first
     beams: int = 1
+    texts: tuple[str, ...] | None = None  # several texts (a dual encoder's candidates), in order; None: one text
 
     def __post_init__(self):
+        several = self.texts if self.texts is not None else self.text
+        if isinstance(several, (list, tuple)):  # frozen: the normalised values set as __init__ would have
+            texts = tuple(several)
+            if not texts:
+                raise AttnvizError("no text given; give a text (--text T, once per candidate text)", param="text")
+            if not all(isinstance(t, str) for t in texts):
+                raise AttnvizError("each text must be a string", param="text")
+            object.__setattr__(self, "text", texts[0])
+            object.__setattr__(self, "texts", texts if len(texts) > 1 else None)
         validate(self)
 
 
@@ -79,6 +91,7 @@ class RunInfo:
     total_s: float = 0.0
     text: str | None = None
     text_pair: str | None = None
+    texts: list[str] | None = None  # several texts (a dual encoder's candidates, one a batch row; ``text``: the first)
     image: str | None = None
     images: list[str] | None = None  # several images in one prompt: every one, in order (``image`` is the first)
     audio: list[str] | None = None  # the sound files (or "samples" for clips given in memory)
@@ -95,7 +108,7 @@ class RunInfo:
         # its fields' values, lists and dicts copied (what asdict gives): asdict's generic deep copy
         # was ~0.1 ms of every call
         d = {f.name: _copied(getattr(self, f.name)) for f in fields(self)}
-        for k in ("images", "audio", "generated_ids", "generation", "image_preprocessing", "alignment"):
+        for k in ("texts", "images", "audio", "generated_ids", "generation", "image_preprocessing", "alignment"):
             if d[k] is None:
                 d.pop(k)
         if not d["notes"]:

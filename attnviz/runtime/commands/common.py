@@ -55,14 +55,30 @@ class SeveralImages(argparse.Action):
             setattr(namespace, self.dest, [*(had if isinstance(had, list) else [had]), values])
 
 
-def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True, several_images: bool = False) -> None:
+class SeveralTexts(SeveralImages):
+    """``--text`` given once is its text; given again, the list of them in order (a dual encoder's candidate texts,
+    each scored against the one image)."""
+
+
+def add_input_arguments(
+    p: argparse.ArgumentParser, model_required: bool = True, several_images: bool = False, several_texts: bool = False
+) -> None:
     if model_required:
         p.add_argument(
             "model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)"
         )
     src = p.add_argument_group("input (one of)")
     src.add_argument("--inputs", metavar="FEEDS.npz", help="raw feeds: .npz keyed by ONNX input name")
-    src.add_argument("--text", metavar="T", help="text (tokenised with the model's tokenizer)")
+    if several_texts:
+        src.add_argument(
+            "--text",
+            metavar="T",
+            action=SeveralTexts,
+            help="text (tokenised with the model's tokenizer); give it again for several candidate texts, each scored "
+            "against the one --image (a dual encoder: CLIP, SigLIP)",
+        )
+    else:
+        src.add_argument("--text", metavar="T", help="text (tokenised with the model's tokenizer)")
     src.add_argument(
         "--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders"
     )

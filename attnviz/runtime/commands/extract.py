@@ -15,7 +15,7 @@ HELP = "run a model and save every attention map to .npz (attn_000... [B,H,Tq,Tk
 def add_arguments(p):
     from attnviz.runtime.commands.common import add_input_arguments, add_variant_argument
 
-    add_input_arguments(p, several_images=True)
+    add_input_arguments(p, several_images=True, several_texts=True)
     p.add_argument("--out", required=True, metavar="OUT.npz", help="output file")
     add_variant_argument(p)
 
@@ -43,6 +43,7 @@ def run(args) -> int:
     from attnviz.core import limits
     from attnviz.core.io import save_npz, written_bytes
     from attnviz.core.rows import beam_rows, score_text
+    from attnviz.core.text_scores import TextScores
     from attnviz.runtime.run_notes import say_run_notes
 
     mb = sum(written_bytes(m) for m in result.maps) / 2**20
@@ -66,6 +67,11 @@ def run(args) -> int:
             print(f"beam {i} (score {said}): {words}")
     elif result.generated:
         print("generated: " + " ".join(_shown(t) for t in result.generated))
+    scores = TextScores.from_info(result.info)
+    if scores is not None:  # a dual encoder: each text's score against the image, as the model defines it
+        print(f"scores: {scores.words}")
+        for line in scores.lines():
+            print(f"  {line}")
     for note in result.info.get("fidelity") or ():  # the export lacks part of the model's eager attention
         say(note, "warning")
     # what --max-tokens cut, an unknown-token text, the sound's notes (open and the window say them; the .npz keeps them)

@@ -1,0 +1,88 @@
+"""A dual encoder's scores from its own graph output (CLIP, SigLIP whole), or the one note why a run has none.
+
+The score is the model's: ``logits_per_image`` (``[images, texts]``, the logit scale and SigLIP's bias already in the
+graph) through the family's rule (:mod:`attnviz.core.text_scores`).  The rule is the folder's ``config.json``
+model type where there is one; else what the graph shows: SigLIP's image tower ends in an attention-pooling head (a
+site of kind ``pooling``), CLIP's in none.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from attnviz.core import metadata as md
+from attnviz.core.attention import AttentionResult, TokenAxis
+from attnviz.core.text_scores import RULES, TEXT_SCORES_KEY, TextScores
+from attnviz.runtime.graph.labels import DUAL_ENCODER_MODEL_TYPES
+from attnviz.runtime.sidecar import sidecar_json
+
+if TYPE_CHECKING:
+    from attnviz.runtime.protocol import AttnModel
+
+# graph outputs that hold the pair logits: their name, and whether the texts are its first axis (then transposed)
+LOGIT_OUTPUTS = {"logits_per_image": False, "logits_per_text": True}
+# config.json model types whose score is a sigmoid per pair (SigLIP's loss); every other dual encoder's a softmax
+SIGMOID_TYPES = frozenset(("siglip", "siglip2"))
+
+
+def model_type(model: AttnModel) -> str:
+    """The model type its metadata or the folder's config.json names ('' when neither does)."""
+    t = md.section(model.meta, "config").get("model_type") or sidecar_json(model.path, "config.json").get("model_type")
+    return t if isinstance(t, str) else ""
+
+
+def is_dual(result: AttentionResult) -> bool:
+    """A whole dual encoder's result: its sites are in two towers."""
+    return any(s.tower == "text" for s in result.sites) and any(s.tower == "image" for s in result.sites)
+
+
+def score_rule(model: AttnModel, result: AttentionResult) -> str:
+    """"sigmoid" (SigLIP) or "softmax" (CLIP and the others), by model type, else by SigLIP's pooling head."""
+    t = model_type(model)
+    if t in DUAL_ENCODER_MODEL_TYPES:
+        return "sigmoid" if t in SIGMOID_TYPES else "softmax"
+    return "sigmoid" if any(s.kind == "pooling" and s.tower == "image" for s in result.sites) else "softmax"
+
+
+def pair_logits(outputs: dict) -> tuple[str, np.ndarray] | None:
+    """The graph output of the pair logits as ``[images, texts]`` (None: the export has none)."""
+    for name, transposed in LOGIT_OUTPUTS.items():
+        a = outputs.get(name)
+        if a is not None and np.ndim(a) == 2:
+            a = np.asarray(a)
+            return name, (a.T if transposed else a)
+    return None
+
+
+def row_text(axis: TokenAxis | None) -> str:
+    """A row's text as its tokens say it (raw feeds: no typed text), specials and padding left out."""
+    if axis is None:
+        return ""
+    sp = axis.special or [False] * len(axis.labels)
+    return " ".join(t for t, s in zip(axis.labels, sp) if not s)
+
+
+def attach_scores(model: AttnModel, result: AttentionResult, texts: list[str]) -> list[str]:
+    """Put each row's score in ``result.info`` (:data:`TEXT_SCORES_KEY`); the notes to add to the run (why there
+    is no score).  ``texts``: each batch row's text (typed, or read from the row's tokens)."""
+    if not is_dual(result):
+        t = model_type(model)
+        if t in DUAL_ENCODER_MODEL_TYPES:  # one tower of a dual encoder, exported alone
+            return [
+                f"{model.path.name} is one tower of a {t} dual encoder: no score (a score needs the whole model, its "
+                "logits_per_image output)"
+            ]
+        return []
+    got = pair_logits(result.outputs)
+    if got is None:
+        outs = ", ".join(result.outputs) or "none"
+        return [f"no score: {model.path.name} has no logits_per_image output (its outputs: {outs})"]
+    name, logits = got
+    rule = score_rule(model, result)
+    scores = RULES[rule].scores(logits)
+    if len(scores) != len(texts):  # a batch of other counts (refused before a run; kept from a feeds file)
+        return [f"no score: {name} is {list(logits.shape)} for {len(texts)} rows"]
+    result.info[TEXT_SCORES_KEY] = TextScores(list(texts), scores, rule, name).to_dict()
+    return []
