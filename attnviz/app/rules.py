@@ -63,6 +63,13 @@ def model_kind(model: AttnModel) -> str:
     return model.kind
 
 
+def model_kind_words(model: AttnModel) -> str:
+    """The kind as the window says it (a dual encoder's towers named; :func:`model_kind` is the engine's word)."""
+    from attnviz.runtime.model_summary import kind_words
+
+    return kind_words(model.kind, model.sites)
+
+
 def model_name(model: AttnModel) -> str:
     return model.name or "this model"
 

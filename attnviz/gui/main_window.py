@@ -509,7 +509,7 @@ class MainWindow(QMainWindow):
             beams=values.get("beams", 1),  # a model opened after a beam search: greedy unless asked again
         )
         self.statusBar().showMessage(
-            f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind(model)}"
+            f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind_words(model)}"
         )
         waiting = rules.waiting_for_audio(model, values)
         if waiting:  # nothing to hear yet: say what to do instead of running into the engine's refusal

@@ -144,8 +144,9 @@ def place_windows(
     if texts and texts != [batch]:
         raise AttnvizError(
             f"{label}: a dual encoder's rows pair image i with text i, and {_count(batch, 'image')} and "
-            f"{_count(texts[-1], 'text')} were fed; give as many images as texts (repeat the image once per candidate text: row i's maps are "
-            "image i's and text i's, logits_per_image scores every image against every text)"
+            f"{_count(texts[-1], 'text')} were fed; give as many images as texts (row i's maps are image i's and text "
+            "i's), or one image against several texts with --image once and --text once per text (the image is "
+            "repeated for you)"
         )
     windowed = next(
         ((s, m) for s, m in zip(kept, maps) if m.shape[0] != batch and batch and m.shape[0] % batch == 0), None

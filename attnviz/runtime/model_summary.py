@@ -62,6 +62,17 @@ def kind_of(roles: dict[str, str], sites) -> str:
     return "encoder"
 
 
+DUAL_ENCODER_WORDS = "dual encoder (image tower + text tower)"
+
+
+def kind_words(kind: str, sites) -> str:
+    """The model's kind as inspect, the window and its sidebar say it: a whole dual encoder (CLIP, SigLIP: sites in
+    an image tower and a text tower) is no "vision" model to its user, though the engine treats it as one (an
+    image input, encoders only); every other kind as it is."""
+    towers = {getattr(s, "tower", None) for s in sites}
+    return DUAL_ENCODER_WORDS if {"image", "text"} <= towers else kind
+
+
 class ModelSummary:
     """The opened model as the corpus driver reads it (the same attributes and answers), from a kept entry."""
 

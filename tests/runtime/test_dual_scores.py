@@ -169,3 +169,13 @@ def test_a_tower_alone_says_it_has_no_score(tmp_path, capsys):
     assert TextScores.from_info(res.info) is None
     notes = [n for n in res.info.get("notes", []) if "no score" in n]
     assert len(notes) == 1 and "one tower" in notes[0] and "logits_per_image" in notes[0]
+
+
+def test_inspect_calls_it_a_dual_encoder(tmp_path, capsys):
+    """inspect said "vision" for a whole CLIP (the engine's word: it has an image input); a tower alone stays what
+    it is."""
+    assert main(["inspect", str(_folder(tmp_path, "clip"))]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "(dual encoder (image tower + text tower);" in first and "vision" not in first
+    assert main(["inspect", str(_folder(tmp_path, "siglip", "vision"))]) == 0
+    assert "(vision;" in capsys.readouterr().out.splitlines()[0]

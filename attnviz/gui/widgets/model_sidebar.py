@@ -10,6 +10,7 @@ from pathlib import PurePath
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget, QTreeWidgetItem
 
+from attnviz.app.rules import model_kind_words
 from attnviz.app.run_facts import BEAM_KEYS, beam_lines, beam_summary, run_fact
 from attnviz.core import view as vm
 from attnviz.core.token_counts import token_lines
@@ -185,7 +186,7 @@ class ModelSidebar(QTreeWidget):
                 [
                     ("name", m.name),
                     ("file", PurePath(m.path)),
-                    ("kind", m.kind),
+                    ("kind", model_kind_words(m)),
                     ("device", m.provider),
                     # the export lacks part of the model's eager attention: its maps are the export's (one line each)
                     *(("warning", note) for note in m.describe().get("fidelity") or ()),

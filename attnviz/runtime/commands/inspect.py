@@ -59,6 +59,7 @@ def run(args) -> int:
         start_early()
     from attnviz.core.attention import shown_stack
     from attnviz.runtime import open_model
+    from attnviz.runtime.model_summary import kind_words
 
     m = open_model(args.model, provider="cpu", variant=args.variant)
     load_error = None if args.no_probe or not m.sites else _load_error(m)
@@ -72,8 +73,9 @@ def run(args) -> int:
         return 0 if m.sites else 1
     if load_error:  # the graph is still described; running it (extract, figure, open) will refuse the same way
         say(f"{clean(load_error, 300)}; extract, figure and open will refuse it", "warning")
+    kind = kind_words(d["kind"], m.sites)  # a dual encoder is said as one ("vision" is the engine's word)
     print(
-        f"model    {clean(d['model'])}  ({d['kind']}; {clean(d['producer'] or 'unknown producer', 80)}; opsets {clean(d['opsets'])})"
+        f"model    {clean(d['model'])}  ({kind}; {clean(d['producer'] or 'unknown producer', 80)}; opsets {clean(d['opsets'])})"
     )
     if d.get("variants"):  # a Hub repository: which set of its quantized siblings this is
         print(f"variant  {clean(d['variant'])} (of {clean(', '.join(d['variants']))}; choose with --variant NAME)")
