@@ -40,8 +40,14 @@ def score_text(score: float) -> str:
 
 
 def row_noun(result: AttentionResult | None) -> str:
-    """What the views call one of the result's batch rows: "beam" for a beam search's hypotheses."""
-    return "beam" if result is not None and beam_rows(result) is not None else "batch row"
+    """What the views call one of the result's batch rows: "beam" for a beam search's hypotheses, "text" for a dual
+    encoder's candidate texts (one image against each: ``info["texts"]``)."""
+    if result is None:
+        return "batch row"
+    if beam_rows(result) is not None:
+        return "beam"
+    texts = (result.info or {}).get("texts")
+    return "text" if isinstance(texts, list) and len(texts) == result.batch_size > 1 else "batch row"
 
 
 def beam_rows(result: AttentionResult) -> list[dict] | None:

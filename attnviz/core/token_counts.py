@@ -56,7 +56,8 @@ def token_lines(result: AttentionResult) -> list[tuple[str, list[str]]]:
     if result.batch_size <= 1:
         return [(name, [value]) for name, value in _one_row(result)]
     per = [_one_row(pick_row(result, b)) for b in range(min(result.batch_size, MAX_ROWS))]
-    noun = "beam" if row_noun(result) == "beam" else "row"  # a beam search's rows, as the beam box names them
+    # a beam search's rows and a dual encoder's candidate texts, as the row box names them
+    noun = {"beam": "beam", "text": "text"}.get(row_noun(result), "row")
     more = [f"… ({result.batch_size} {noun}s)"] if result.batch_size > MAX_ROWS else []
     rows = []
     for i, (name, value) in enumerate(per[0]):

@@ -8,7 +8,13 @@ from contextlib import contextmanager
 
 from attnviz.core.notice import say
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM
-from attnviz.runtime.commands.common import MAX_TOKENS_HELP, DeprecatedAlias, SeveralImages, add_variant_argument
+from attnviz.runtime.commands.common import (
+    MAX_TOKENS_HELP,
+    DeprecatedAlias,
+    SeveralImages,
+    SeveralTexts,
+    add_variant_argument,
+)
 from attnviz.runtime.request import AnalyzeRequest
 
 MAX_WINDOW_SIDE = 16384  # pixels a side of the window --size asks for (a 1 GB screenshot at most)
@@ -26,7 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="ONNX model, .npz attention maps or an attnviz corpus results folder (default: bundled demo model); an "
         "image goes in --image",
     )
-    p.add_argument("--text", help="input text")
+    p.add_argument(
+        "--text",
+        action=SeveralTexts,
+        help="input text; again for several candidate texts, each scored against the image (a dual encoder: CLIP, "
+        "SigLIP; the text box shows them between ';')",
+    )
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
     p.add_argument(
         "--image",
@@ -319,6 +330,10 @@ def run(args) -> int:
         for k in ("text", "text_pair", "image", "audio", "generate", "beams")
         if getattr(args, k) is not None
     }
+    if isinstance(values.get("text"), list):  # several --text: the text box's candidates, between ';'
+        from attnviz.gui.widgets.input_panel import TEXT_SEPARATOR
+
+        values["text"] = TEXT_SEPARATOR.join(values["text"])
     taker = ScreenshotTaker(win, Path(args.screenshot), args.view) if args.screenshot else None
     from attnviz.gui import restore
 

@@ -636,7 +636,10 @@ def _pair_refused(b: _Build) -> None:
 
 # (test, builder) in order; no match: the source is the raw feeds (or an image) as they are
 SOURCE_BUILDERS: list[tuple[Callable[[_Build], bool], Callable[[_Build], None]]] = [
-    (lambda b: b.req.texts is not None and (not _image_and_text(b) or b.req.text_pair is not None), _several_texts_refused),
+    (
+        lambda b: b.req.texts is not None and (not _image_and_text(b) or b.req.text_pair is not None),
+        _several_texts_refused,
+    ),
     (lambda b: _has_text(b) and b.series_in is not None and b.tok_in is None, _series_text),
     (lambda b: _has_text(b) and b.prep.decoder_is_tokens, _prompt_text),
     (lambda b: _has_text(b) and b.prep.img_in is not None and b.dec_in is not None and b.tok_in is None, _caption_text),

@@ -39,7 +39,7 @@ def is_dual(result: AttentionResult) -> bool:
 
 
 def score_rule(model: AttnModel, result: AttentionResult) -> str:
-    """"sigmoid" (SigLIP) or "softmax" (CLIP and the others), by model type, else by SigLIP's pooling head."""
+    """The rule: sigmoid (SigLIP) or softmax (CLIP and the others), by model type, else by SigLIP's pooling head."""
     t = model_type(model)
     if t in DUAL_ENCODER_MODEL_TYPES:
         return "sigmoid" if t in SIGMOID_TYPES else "softmax"

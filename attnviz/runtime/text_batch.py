@@ -54,8 +54,8 @@ def padding_for(model: AttnModel, tok: TextEncoder) -> Padding:
     if special is not None:
         return Padding(special, left, length, "the model's special pad id")
     config = sidecar_json(model.path, "config.json")
-    text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    for c in (text_config, config):
+    nested = config.get("text_config")
+    for c in (nested if isinstance(nested, dict) else {}, config):
         if _int(c.get("pad_token_id")) is not None:
             return Padding(int(c["pad_token_id"]), left, length, "config.json pad_token_id")
     return Padding(0, left, length, "")

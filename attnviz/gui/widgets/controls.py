@@ -27,6 +27,12 @@ SCALE_TIP = (
 )
 LOG_TIP = f"colours on a log scale, {LOG_DECADES} decades below the top weight (weak weights become visible)"
 BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
+# a dual encoder's candidate texts: one image repeated once per text, so only the text tower's maps change
+TEXT_TIP = (
+    "which candidate text to show (each text's score is in the Run section): the text tower's maps are that "
+    "text's; the image tower's maps are the same for every text (one image, run once per text)"
+)
+ROW_TIPS = {"beam": BEAM_TIP, "text": TEXT_TIP}
 
 
 class Controls(QWidget):
@@ -122,7 +128,7 @@ class Controls(QWidget):
             self.batch.setEnabled(rows > 1)
             noun = row_noun(self.session.result)  # a beam search's rows are its hypotheses, best first
             self.labels["batch row"].setText(noun)
-            self.batch.setToolTip(BEAM_TIP if noun == "beam" else ROW_TIP)
+            self.batch.setToolTip(ROW_TIPS.get(noun, ROW_TIP))
             g = n_steps(self.session.result, self.session.sel.batch)
             self.step.setRange(0, max(0, g))
             self.step.setValue(g)

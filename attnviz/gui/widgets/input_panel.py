@@ -66,6 +66,23 @@ def several_images(text: str | None) -> str | list[str] | None:
     return paths if len(paths) > 1 else text
 
 
+TEXT_SEPARATOR = "; "  # between a dual encoder's candidate texts in the text box
+PAIR_HINT = "a text, or several candidates: a photo of a cat; a photo of a dog"
+PAIR_TIP = (
+    "A dual encoder (CLIP, SigLIP) scores the image against each text: give one text, or several separated by ';' "
+    "(each a batch row, as --text given once per text on the command line). The Run section lists each text's "
+    "score; the text box beside the views switches the text tower's maps."
+)
+
+
+def several_texts(text: str | None) -> str | list[str] | None:
+    """A dual encoder's text box as the request's text: one text, or the candidates between ';' (``a cat; a dog``)."""
+    if not text:
+        return text
+    texts = [t.strip() for t in text.split(";") if t.strip()]
+    return texts if len(texts) > 1 else text
+
+
 def takes_image_and_text(model: AttnModel | None) -> bool:
     """A dual encoder (CLIP, SigLIP whole): an image tower and a text tower, both fed on every run."""
     return model is not None and model.kind == "vision" and "tokens" in set(model.roles.values())
@@ -179,6 +196,7 @@ class InputPanel(QWidget):
         # the fields the shown result was run on: an edit after it says the views still show the old input
         self._done_values: dict | None = None
         self._busy = False
+        self._pair = False  # a dual encoder: the text box takes several candidate texts (configure_for)
         for box in (self.text, self.text_pair, self.image, self.audio):
             box.textChanged.connect(self._on_edited)
         for spin in (self.generate, self.beams, self.max_tokens, self.image_size, self.max_seconds):
@@ -189,7 +207,8 @@ class InputPanel(QWidget):
         """What the fields ask for, as the same :class:`AnalyzeRequest` the CLI builds from the equivalent flags
         (checked by the same rule: a bad value raises the same one-line :class:`AttnvizError`)."""
         values = self.values()
-        return AnalyzeRequest(**values | {"image": several_images(values["image"])})
+        text = several_texts(values["text"]) if self._pair else values["text"]
+        return AnalyzeRequest(**values | {"image": several_images(values["image"]), "text": text})
 
     def values(self) -> dict:
         """The fields by :class:`AnalyzeRequest` field name (also what :mod:`attnviz.gui.restore` saves).  Fields
@@ -257,8 +276,9 @@ class InputPanel(QWidget):
         self.browse.setEnabled(vision or model is None)
         caption = takes_caption(model)
         self.text.setEnabled(not vision or caption or takes_image_and_text(model) or model is None)
-        self.text.setPlaceholderText(CAPTION_HINT if caption else TEXT_HINT)
-        self.text.setToolTip(CAPTION_TIP if caption else "")
+        self._pair = takes_image_and_text(model)
+        self.text.setPlaceholderText(CAPTION_HINT if caption else PAIR_HINT if self._pair else TEXT_HINT)
+        self.text.setToolTip(CAPTION_TIP if caption else PAIR_TIP if self._pair else "")
         label = self.form.labelForField(self.text)
         if label is not None:
             label.setText("caption" if caption else "text")

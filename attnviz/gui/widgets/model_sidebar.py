@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWi
 from attnviz.app.rules import model_kind_words
 from attnviz.app.run_facts import BEAM_KEYS, beam_lines, beam_summary, run_fact
 from attnviz.core import view as vm
+from attnviz.core.text_scores import TextScores
 from attnviz.core.token_counts import token_lines
 from attnviz.core.words import count
 
@@ -22,6 +23,7 @@ MAX_ROWS = 200
 TIP_CHARS = 4000
 RUN_CHARS = 600  # a Run row's value (a note, the generated words) is shown whole up to this long
 BEAM_SEARCH = "beam search"  # the Run section's row of a beam search: beams, the one shown, its score
+SCORES = "scores"  # the Run section's row of a dual encoder's texts, each with its score (the one shown marked)
 PATH_CHARS = 400  # a path is shown whole up to this long (the 120 characters of other values cut its file name)
 
 
@@ -49,6 +51,18 @@ def _breakable(text: str) -> str:
 def _tip(v) -> str:
     s = v if isinstance(v, str) else str(v) if isinstance(v, PurePath) else json.dumps(v, default=str, indent=1)
     return s if len(s) <= TIP_CHARS else s[:TIP_CHARS] + f"… ({len(s):,} characters)"
+
+
+def _score_rows(info: dict, shown: int) -> list[tuple[str, object]]:
+    """A dual encoder's scores for the Run section: each text and its score (the one the views show marked), the
+    rule that made them, and, where one image ran against every text, that its tower's maps are alike in every row."""
+    scores = TextScores.from_info(info)
+    if scores is None:
+        return []
+    rows: list[tuple[str, object]] = [(SCORES, scores.lines(shown)), ("scored by", scores.words)]
+    if isinstance(info.get("texts"), list) and len(scores.texts) > 1:
+        rows.append(("image tower", "one image, run once per text: its maps are the same for every text"))
+    return rows
 
 
 def prediction(result, meta: dict) -> str | None:
@@ -121,21 +135,27 @@ class ModelSidebar(QTreeWidget):
         self.header().sectionResized.connect(lambda *_: self.scheduleDelayedItemsLayout())
         session.model_changed.connect(self.rebuild)
         session.result_changed.connect(self.rebuild)
-        session.selection_changed.connect(self._show_beam)  # the beam box: the beam search row names the beam shown
+        # the beam box (text box): the beam search row names the beam shown, the scores row marks the text shown
+        session.selection_changed.connect(self._show_beam)
         self.rebuild()
 
     def _show_beam(self) -> None:
-        """The Run section's beam search row, for the beam now shown (one cell: the rest of the tree stays as the
-        user left it, sections expanded or not)."""
+        """The Run section's beam search row, for the beam now shown, and a dual encoder's scores row, the text now
+        shown marked (one cell: the rest of the tree stays as the user left it, sections expanded or not)."""
         r, run = self.session.result, self.section("Run")
         said = beam_summary(dict(r.info or {}), self.session.sel.batch) if r is not None else None
-        if said is None or run is None:
+        scores = TextScores.from_info(r.info) if r is not None else None
+        if run is None:
             return
         for i in range(run.childCount()):
             item = run.child(i)
-            if item is not None and item.text(0) == BEAM_SEARCH:
+            if item is not None and item.text(0) == BEAM_SEARCH and said is not None:
                 item.setText(1, _breakable(_short(said, RUN_CHARS)))
                 item.setToolTip(1, _tip(said))
+            if item is not None and item.text(0) == SCORES and scores is not None:  # the text now shown marked
+                lines = scores.lines(self.session.sel.batch)
+                item.setText(1, "\n".join(_breakable(_short(x, RUN_CHARS)) for x in lines))
+                item.setToolTip(1, _tip("\n".join(lines)))
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -234,6 +254,7 @@ class ModelSidebar(QTreeWidget):
                 rows.append(("beams", beams))
             elif r.generated:
                 rows.append(("generated", " ".join(r.generated)))
+            rows += _score_rows(info, self.session.sel.batch)
             pred = prediction(r, m.meta if m is not None else {})
             if pred:
                 rows.append(("prediction", pred))
@@ -251,6 +272,8 @@ class ModelSidebar(QTreeWidget):
                     "kind",
                     "text",
                     "text_pair",
+                    "texts",  # the scores row names them
+                    "text_scores",  # the scores row
                     "image",
                     "generated_ids",
                     "beams",  # the beams row above
