@@ -14,6 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 
 TEXT_SCORES_KEY = "text_scores"
+# what marks a run's notes about the scores and the texts' padding (printed by extract and figure: run_notes.py)
+SCORE_NOTE_MARKS = ("no score", "zero-shot pipeline pads", "texts were padded with id 0", "padding is attended")
+
+
+def score_notes(notes: object) -> list[str]:
+    """The notes of a run (``info["notes"]``) about a dual encoder's scores and its texts' padding."""
+    if not isinstance(notes, list):
+        return []
+    return [n for n in notes if isinstance(n, str) and any(m in n for m in SCORE_NOTE_MARKS)]
 
 
 @dataclass(frozen=True)

@@ -593,6 +593,7 @@ def _pair_text(b: _Build) -> None:
         encs.append(enc)
     pad = padding_for(b.model, b.src_tok)
     rows, masks = pad_rows(encs, pad)
+    b.prep.notes += [pad.length_note] if pad.length_note else []
     fill_text_inputs(b.model, b.feeds, rows, None, ENCODER_ROLES)
     mask_in = by_role(b.model, "mask")
     if mask_in is not None:

@@ -20,12 +20,18 @@ if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
 
 
+# SigLIP pools its text tower at the last position, so padding changes its scores: transformers' zero-shot pipeline
+# pads its texts to this many tokens (padding="max_length", max_length=64), as SigLIP was trained
+SIGLIP_LENGTH = 64
+
+
 @dataclass(frozen=True)
 class Padding:
     pad_id: int
     left: bool = False  # padding before the tokens (the tokenizer's direction "left")
     length: int | None = None  # a fixed length the tokenizer pads to; None: the longest text's
     source: str = ""  # what named the pad id (said in a note where it is a guess)
+    length_note: str = ""  # why the texts are padded to ``length`` where the tokenizer file does not say it
 
 
 def _pad_token_id(tok: TextEncoder, value) -> int | None:
@@ -40,8 +46,32 @@ def _int(v) -> int | None:
 
 
 def padding_for(model: AttnModel, tok: TextEncoder) -> Padding:
-    """How the model's tokenizer pads a batch (the first that says: tokenizer.json, tokenizer_config.json, the
-    model's special ids, config.json; else id 0)."""
+    """How the model's tokenizer pads a batch, and to what length (:func:`_padding`, :func:`_family_length`)."""
+    pad = _padding(model, tok)
+    return pad if pad.length is not None else _family_length(model, pad)
+
+
+def _family_length(model: AttnModel, pad: Padding) -> Padding:
+    """A SigLIP (config.json model type) padded as transformers' zero-shot pipeline pads it: to 64 tokens, or its
+    text tower's positions where fewer."""
+    from dataclasses import replace
+
+    from attnviz.runtime.dual_scores import model_type
+
+    if "siglip" not in model_type(model):
+        return pad
+    nested = sidecar_json(model.path, "config.json").get("text_config")
+    positions = _int(nested.get("max_position_embeddings")) if isinstance(nested, dict) else None
+    n = min(SIGLIP_LENGTH, positions or SIGLIP_LENGTH)
+    why = (
+        f"the texts padded to {n} tokens, as transformers' zero-shot pipeline pads SigLIP (it reads the last position)"
+    )
+    return replace(pad, length=n, length_note=why)
+
+
+def _padding(model: AttnModel, tok: TextEncoder) -> Padding:
+    """The pad id and side: the first that says of tokenizer.json, tokenizer_config.json, the model's special ids,
+    config.json; else id 0."""
     own = tok.padding or {}
     left = str(own.get("direction", "right")).lower() == "left"
     length = _int(own.get("length"))

@@ -49,10 +49,11 @@ def _folder(tmp_path, arch, part="model", config=None):
     return folder / "model.onnx"
 
 
-def _reference(arch, texts, px):
+def _reference(arch, texts, px, **padding):
     """transformers on the tokenizer's padded batch and the image repeated once per text."""
     m = hf_models.build_dual(arch)
-    enc = hf_models.word_tokenizer(99, bert_style=False)(texts, padding=True, return_tensors="pt")
+    padding = padding or {"padding": True}
+    enc = hf_models.word_tokenizer(99, bert_style=False)(texts, return_tensors="pt", **padding)
     with torch.no_grad():
         o = m(
             input_ids=enc["input_ids"],
@@ -117,6 +118,26 @@ def test_config_names_the_rule(tmp_path, image):
     assert abs(sum(scores.scores) - 1.0) < 1e-6
 
 
+def test_siglip_pads_as_the_zero_shot_pipeline(tmp_path, image):
+    """SigLIP's text tower reads its last position, so padding moves its scores: with its config.json beside it the
+    texts are padded as transformers' zero-shot pipeline pads SigLIP (max_length 64, here its 16 positions), and
+    the scores are transformers' on that batch."""
+    from attnviz.runtime import open_model
+
+    img, px = image
+    config = {"model_type": "siglip", "text_config": {"max_position_embeddings": 16}}
+    path = _folder(tmp_path, "siglip", config=config)
+    res = open_model(path, provider="cpu").analyze(image=str(img), text=TEXTS)
+    want, _, enc = _reference("siglip", TEXTS, px, padding="max_length", max_length=16)
+    assert enc["input_ids"].shape[1] == 16 and res.maps[-1].shape[-1] == 16
+    scores = TextScores.from_info(res.info)
+    assert scores is not None and scores.rule == "sigmoid"
+    np.testing.assert_allclose(scores.scores, want, atol=1e-5)
+    longest, _, _ = _reference("siglip", TEXTS, px)
+    assert np.abs(longest - want).max() > 1e-4  # the padding matters: the longest-text padding scores otherwise
+    assert any("padded to 16 tokens" in n for n in res.info["notes"])
+
+
 def test_raw_feeds_pair_image_i_with_text_i(tmp_path, image):
     """Raw feeds of two images and two texts: row i's score is image i's against text i, from the same logits."""
     from attnviz.runtime import open_model
@@ -169,6 +190,7 @@ def test_a_tower_alone_says_it_has_no_score(tmp_path, capsys):
     assert TextScores.from_info(res.info) is None
     notes = [n for n in res.info.get("notes", []) if "no score" in n]
     assert len(notes) == 1 and "one tower" in notes[0] and "logits_per_image" in notes[0]
+    assert f"attnviz: note: {notes[0]}" in capsys.readouterr().err.splitlines()  # extract says it
 
 
 def test_inspect_calls_it_a_dual_encoder(tmp_path, capsys):
