@@ -17,6 +17,7 @@ from attnviz.runtime.commands.common import (
 )
 from attnviz.runtime.request import AnalyzeRequest
 
+TEXT_SEPARATOR = "; "  # a dual encoder's candidate texts in the text box (the input panel splits them there)
 MAX_WINDOW_SIDE = 16384  # pixels a side of the window --size asks for (a 1 GB screenshot at most)
 
 # Qt's loop runs the window: a SIGTERM raised as an exception in whichever slot ran next would not stop it cleanly
@@ -135,6 +136,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         new="--aggregate",
         help=argparse.SUPPRESS,
     )  # --mode is the memory mode in extract / figure
+
+
+def input_values(args) -> dict:
+    """The input flags given, as the input panel's fields: several ``--text`` (a dual encoder's candidate texts)
+    are the text box's, between ';'."""
+    values = {
+        k: getattr(args, k)
+        for k in ("text", "text_pair", "image", "audio", "generate", "beams")
+        if getattr(args, k) is not None
+    }
+    if isinstance(values.get("text"), list):
+        values["text"] = TEXT_SEPARATOR.join(values["text"])
+    return values
 
 
 def focus_from_args(args) -> dict:
@@ -325,15 +339,7 @@ def run(args) -> int:
             win.session.select(**(focus | {"block": block} if "block" in focus else focus))  # a name: its index
 
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
-    values = {
-        k: getattr(args, k)
-        for k in ("text", "text_pair", "image", "audio", "generate", "beams")
-        if getattr(args, k) is not None
-    }
-    if isinstance(values.get("text"), list):  # several --text: the text box's candidates, between ';'
-        from attnviz.gui.widgets.input_panel import TEXT_SEPARATOR
-
-        values["text"] = TEXT_SEPARATOR.join(values["text"])
+    values = input_values(args)
     taker = ScreenshotTaker(win, Path(args.screenshot), args.view) if args.screenshot else None
     from attnviz.gui import restore
 

@@ -63,3 +63,16 @@ def test_one_text_is_one_row(qtbot, real_window, tmp_path):
     assert w.inputs.request().texts is None and w.session.result.batch_size == 1
     assert w.controls.labels["batch row"].text() == "batch row"
     assert w.sidebar.values("Run")["scores"] == "text 0  1.000  the cat sat"  # CLIP: a softmax over one text
+
+
+def test_open_takes_text_again_for_each_candidate():
+    """``attnviz open MODEL --image I --text a --text b``: the text box holds both, as the panel splits them."""
+    from attnviz.cli import build_parser
+    from attnviz.gui.command import input_values
+    from attnviz.gui.widgets.input_panel import several_texts
+
+    args = build_parser().parse_args(["open", "m.onnx", "--image", "i.png", "--text", "a cat", "--text", "a dog"])
+    values = input_values(args)
+    assert values["text"] == "a cat; a dog" and several_texts(values["text"]) == ["a cat", "a dog"]
+    one = input_values(build_parser().parse_args(["open", "m.onnx", "--text", "a cat; not split here"]))
+    assert one["text"] == "a cat; not split here"

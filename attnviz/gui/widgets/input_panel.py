@@ -66,7 +66,6 @@ def several_images(text: str | None) -> str | list[str] | None:
     return paths if len(paths) > 1 else text
 
 
-TEXT_SEPARATOR = "; "  # between a dual encoder's candidate texts in the text box
 PAIR_HINT = "a text, or several candidates: a photo of a cat; a photo of a dog"
 PAIR_TIP = (
     "A dual encoder (CLIP, SigLIP) scores the image against each text: give one text, or several separated by ';' "
