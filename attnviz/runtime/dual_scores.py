@@ -8,6 +8,9 @@ site of kind ``pooling``), CLIP's in none.
 
 from __future__ import annotations
 
+import os
+from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,7 +19,7 @@ from attnviz.core import metadata as md
 from attnviz.core.attention import AttentionResult, TokenAxis
 from attnviz.core.text_scores import RULES, TEXT_SCORES_KEY, TextScores
 from attnviz.runtime.graph.labels import DUAL_ENCODER_MODEL_TYPES
-from attnviz.runtime.sidecar import sidecar_json
+from attnviz.runtime.sidecar import sidecar_dirs, sidecar_json
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
@@ -29,8 +32,28 @@ SIGMOID_TYPES = frozenset(("siglip", "siglip2"))
 
 def model_type(model: AttnModel) -> str:
     """The model type its metadata or the folder's config.json names ('' when neither does)."""
-    t = md.section(model.meta, "config").get("model_type") or sidecar_json(model.path, "config.json").get("model_type")
+    t = md.section(model.meta, "config").get("model_type") or folder_config(model.path).get("model_type")
     return t if isinstance(t, str) else ""
+
+
+def folder_config(model_file: str | Path) -> dict:
+    """The folder's config.json (:func:`~attnviz.runtime.sidecar.sidecar_json`), read again only when it changed:
+    every encoder run asks whether it is a dual encoder's tower, and reading a Hub config each time cost ~0.4 ms."""
+    stamps = tuple(_stamp(d / "config.json") for d in sidecar_dirs(model_file))
+    return _config_at(str(model_file), stamps) if any(stamps) else {}
+
+
+def _stamp(path: Path) -> int:
+    """When the file last changed (0: not there); a stat, never a read nor the link check sidecar() makes."""
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+@lru_cache(maxsize=32)
+def _config_at(model_file: str, stamps: tuple[int, ...]) -> dict:
+    return sidecar_json(model_file, "config.json")  # (read through the guard; the stamps only key the cache)
 
 
 def is_dual(result: AttentionResult) -> bool:

@@ -56,11 +56,11 @@ def _family_length(model: AttnModel, pad: Padding) -> Padding:
     text tower's positions where fewer."""
     from dataclasses import replace
 
-    from attnviz.runtime.dual_scores import model_type
+    from attnviz.runtime.dual_scores import folder_config, model_type
 
     if "siglip" not in model_type(model):
         return pad
-    nested = sidecar_json(model.path, "config.json").get("text_config")
+    nested = folder_config(model.path).get("text_config")
     positions = _int(nested.get("max_position_embeddings")) if isinstance(nested, dict) else None
     n = min(SIGLIP_LENGTH, positions or SIGLIP_LENGTH)
     why = (
