@@ -58,7 +58,14 @@ def _family_length(model: AttnModel, pad: Padding) -> Padding:
 
     from attnviz.runtime.dual_scores import folder_config, model_type
 
-    if "siglip" not in model_type(model):
+    t = model_type(model)
+    if not t and any(s.kind == "pooling" for s in model.sites):  # SigLIP's attention-pooling head, no config to say
+        why = (
+            "the texts padded to the longest: with no config.json to say the model is a SigLIP, not to 64 tokens as "
+            "transformers' zero-shot pipeline pads SigLIP (put the model's config.json beside it for its scores)"
+        )
+        return replace(pad, length_note=why)
+    if "siglip" not in t:
         return pad
     nested = folder_config(model.path).get("text_config")
     positions = _int(nested.get("max_position_embeddings")) if isinstance(nested, dict) else None

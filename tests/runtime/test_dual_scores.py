@@ -87,6 +87,8 @@ def test_extract_scores_every_text_as_transformers_does(tmp_path, capsys, image,
     for i, t in enumerate(TEXTS):  # the summary says each text's score, in order
         assert f"text {i}  {want[i]:.3f}  {t}" in printed
     assert res.info["texts"] == TEXTS and res.batch_size == len(TEXTS)
+    # SigLIP without its config.json: padded to the longest (as asked of the tokenizer), and one note says why
+    assert any("not to 64 tokens" in n for n in res.info.get("notes", [])) == (arch == "siglip")
     # the text tower's rows are transformers' on the padded batch; the image tower's rows are all the one image's
     text_maps = [m for s, m in zip(res.sites, res.maps) if s.tower == "text"]
     image_maps = [m for s, m in zip(res.sites, res.maps) if s.tower == "image"]
