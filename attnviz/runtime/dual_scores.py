@@ -8,7 +8,6 @@ site of kind ``pooling``), CLIP's in none.
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +18,7 @@ from attnviz.core import metadata as md
 from attnviz.core.attention import AttentionResult, TokenAxis
 from attnviz.core.text_scores import RULES, TEXT_SCORES_KEY, TextScores
 from attnviz.runtime.graph.labels import DUAL_ENCODER_MODEL_TYPES
-from attnviz.runtime.sidecar import sidecar_dirs, sidecar_json
+from attnviz.runtime.sidecar import sidecar_json, sidecar_stamps
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
@@ -39,16 +38,8 @@ def model_type(model: AttnModel) -> str:
 def folder_config(model_file: str | Path) -> dict:
     """The folder's config.json (:func:`~attnviz.runtime.sidecar.sidecar_json`), read again only when it changed:
     every encoder run asks whether it is a dual encoder's tower, and reading a Hub config each time cost ~0.4 ms."""
-    stamps = tuple(_stamp(d / "config.json") for d in sidecar_dirs(model_file))
-    return _config_at(str(model_file), stamps) if any(stamps) else {}
-
-
-def _stamp(path: Path) -> int:
-    """When the file last changed (0: not there); a stat, never a read nor the link check sidecar() makes."""
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return 0
+    stamps = sidecar_stamps(model_file, "config.json")
+    return dict(_config_at(str(model_file), stamps)) if any(stamps) else {}  # (a copy: the cached one stays)
 
 
 @lru_cache(maxsize=32)

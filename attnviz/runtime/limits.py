@@ -110,6 +110,12 @@ def _from_graph(proto) -> PositionLimit | None:
         if offset is None:  # not gathered at the input's positions: a table named as one (its offset added next)
             if not any(k in name.lower() for k in POSITION_NAMES):
                 continue
+            # read at fixed rows whatever the input (a ViT tower's patch positions: CLIP ViT-B/32's 50 beside its
+            # text tower's 77): read whole every run, so its size limits no input's length
+            if _from_length(n.input[1:2], producer, inputs, need_shape=False) and not _from_length(
+                n.input[1:2], producer, inputs
+            ):
+                continue
             p = producer.get(n.input[1])
             found = [_scalar(x, inits, consts) for x in p.input] if p is not None and p.op_type == "Add" else []
             offset = next((o for o in found if o is not None and 0 < o < rows), 0)

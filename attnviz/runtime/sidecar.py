@@ -44,6 +44,19 @@ def sidecar(model_file: str | Path, name: str) -> Path | None:
     return None if found is None else beside(model_file, found)
 
 
+def sidecar_stamps(model_file: str | Path, name: str) -> tuple[int, ...]:
+    """When the sidecar ``name`` last changed in each of :func:`sidecar_dirs` (0: not there): a stat, never a read
+    nor the link check :func:`sidecar` makes, so a cache of what :func:`sidecar_json` read can be keyed on it."""
+
+    def stamp(path: Path) -> int:
+        try:
+            return path.stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    return tuple(stamp(d / name) for d in sidecar_dirs(model_file))
+
+
 def sidecar_json(model_file: str | Path, name: str) -> dict:
     """A JSON sidecar of a model file as a dict ({} when absent, unreadable or not an object); read only where
     :func:`sidecar` allows."""

@@ -211,3 +211,45 @@ def test_a_table_gathered_at_anything_else_is_no_limit(tmp_path, case):
     path = graph(tmp_path / "g.onnx", NOT_POSITIONS[case], extra=extra)
     assert limit_of(path) is None
     assert runs(path, 3 * ROWS)  # and rightly: the model runs at any length
+
+
+def test_a_position_table_read_at_fixed_rows_is_no_limit(tmp_path):
+    """A dual encoder's image tower reads its patch positions at fixed rows (a constant ``arange``), its text tower
+    at the text's length: CLIP ViT-B/32 has 50 of the first and 77 of the second, and took the 50 for its texts'
+    limit, refusing a 60-token caption the model reads.  Only the text's table (here ROWS) limits the text."""
+    patches = 5
+    inits = [
+        numpy_helper.from_array(np.zeros((patches, 4), np.float32), "vision.embeddings.position_embedding.weight"),
+        numpy_helper.from_array(np.zeros((ROWS, 4), np.float32), "text.embeddings.position_embedding.weight"),
+        numpy_helper.from_array(np.arange(ROWS, dtype=np.int64)[None], "text.position_ids"),
+        *[numpy_helper.from_array(np.array(v, np.int64), n) for n, v in {"one": 1}.items()],
+        numpy_helper.from_array(np.array([0], np.int64), "start"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+        numpy_helper.from_array(np.array([1], np.int64), "axes1"),
+    ]
+    fixed = helper.make_tensor("fixed", TensorProto.INT64, [patches], list(range(patches)))
+    nodes = [
+        helper.make_node("Constant", [], ["patch_ids"], value=fixed),  # as torch.onnx writes a registered buffer
+        helper.make_node("Gather", ["vision.embeddings.position_embedding.weight", "patch_ids"], ["vis"]),
+        helper.make_node("Shape", ["input_ids"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["T"], axis=0),
+        helper.make_node("Unsqueeze", ["T", "axes0"], ["end"]),
+        helper.make_node("Slice", ["text.position_ids", "start", "end", "axes1"], ["pos"]),  # CLIP's text tower
+        helper.make_node("Gather", ["text.embeddings.position_embedding.weight", "pos"], ["txt"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "dual",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("vis", "txt")],
+        initializer=inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    path = tmp_path / "dual.onnx"
+    onnx.save(m, str(path))
+    limit = limit_of(path)
+    assert limit is not None and (limit.tokens, limit.source) == (
+        ROWS,
+        "position table text.embeddings.position_embedding.weight",
+    ), limit
