@@ -13,7 +13,7 @@ import numpy as np
 
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.heat import overlay_alpha, upsample
-from attnviz.core.view.heat_scale import HeatScale, heat_scale, image_keys_top
+from attnviz.core.view.heat_scale import HeatScale, heat_scale, image_keys_top, kept_top
 from attnviz.core.view.labels import clean_label
 from attnviz.core.view.maps import MapRows, images_note, map_rows
 from attnviz.core.view.patches import (
@@ -204,6 +204,7 @@ def overlay_view(
     """The image-regions overlay: ``sel.query`` row (None: :func:`default_image_query`) of the image block, over
     image ``sel.picture`` of a prompt that holds several."""
     d = _drawn(result, sel, blocks)
+    original = result
     result, blocks, which = d.result, d.blocks, d.which
     bi, grid, kind, mv, queries = d.bi, d.grid, d.kind, d.mv, d.queries
     rows = [r for _, r in queries]
@@ -230,7 +231,9 @@ def overlay_view(
     # drawing's size, so the screen (finer) and the figure (the image's pixels) share one scale; with a global
     # image beside the tiles, the top of both (one colour bar: which of the two a word looks at shows)
     drawn = _drawn_top(patch) if whole is None else max(_drawn_top(patch), _drawn_top(whole.to_image(vec)))
-    hs = heat_scale(sel.scale, sel.log, drawn, lambda: _shared_top(d, query, whole))
+    # (the shared top, per block, batch row, image, attention over it and query: the rows every head gives)
+    key = (bi, d.sel.batch, sel.picture, sel.image_from, query)
+    hs = heat_scale(sel.scale, sel.log, drawn, lambda: kept_top(original, key, lambda: _shared_top(d, query, whole)))
     glob = None
     if whole is not None:
         gpatch = whole.to_image(vec)
