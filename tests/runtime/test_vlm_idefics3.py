@@ -231,7 +231,8 @@ def test_image_regions_show_a_word_over_the_tiles(model, images, torch_model, id
     runs = [k for k in range(len(ids)) if ids[k] == im.IMAGE_TOKEN and ids[k - 1] != im.IMAGE_TOKEN]
     row = dict(queries)["cat"]
     for layer, head in ((0, 1), (1, 3)):
-        ov = v.overlay_view(r, v.Selection(block=dec, layer=layer, head=head, query=row))
+        # (stretched to the map: the top of both panels' drawn weights below)
+        ov = v.overlay_view(r, v.Selection(block=dec, layer=layer, head=head, query=row, scale="map"))
         want = decoder[layer][0, head, row]
         left = want[runs[0] : runs[0] + im.N_TILE].reshape(im.SIDE, im.SIDE)
         right = want[runs[1] : runs[1] + im.N_TILE].reshape(im.SIDE, im.SIDE)
