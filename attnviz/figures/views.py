@@ -491,7 +491,7 @@ def _image_selection(sel: vm.Selection) -> vm.Selection:
     return sel.with_(keep=1.0, hide_special=False)
 
 
-IMAGES_A_ROW = 4  # several heads' pictures wrap after this many a row (a tiled image's: its tiles and global image)
+IMAGES_A_ROW = 4  # several heads' pictures wrap after this many a row (a tiled image's heads: one a row)
 
 
 def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
@@ -503,19 +503,29 @@ def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
     n = len(ho.pictures)
-    per_row = min(n, IMAGES_A_ROW - IMAGES_A_ROW % (n // len(ho.overlays)))  # a head's two pictures share a row
+    per_head = n // len(ho.overlays)  # a tiled image's heads: one a row, its tiles beside its global image
+    per_row = min(n, IMAGES_A_ROW) if per_head == 1 else per_head
     rows = math.ceil(n / per_row)
     width = spec.fixed_width or (3.0 if n == 1 else 5.0 if n == 2 else 7.16)
     title = fit_title(make_title(result, style, ho.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
-    cap_in = 1.6 * fs * LINE * PT if ho.captions else 0.0  # the heads', the tiles' and the global image's captions
+    # the heads', the tiles' and the global image's captions (a head's over a tiled image's: two lines)
+    lines = max((c.count("\n") + 1 for c in ho.captions), default=0)
+    cap_in = (0.6 + lines) * fs * LINE * PT if ho.captions else 0.0
     pad, cbar_gap, cbar_w, gap = 0.05, 0.08, 0.08, 0.1
     # room right of the bar for its tick labels (the top one is the scale's value, e.g. 0.0296) and its label
     ticks = [text for _, text in vm.scale_ticks(ov.scale.vmin, ov.scale.vmax, ov.scale.log)]
-    cbar_lab = text_width_in(ticks, fs) + 2.2 * fs * LINE * PT + 0.06
-    room = width - 2 * pad - cbar_gap - cbar_w - cbar_lab - gap * (per_row - 1)
-    img_w = max(room / per_row, 0.3)
-    img_h = img_w * ih / iw
+    # (two lines of label, unless a bar as short as a row of wide pictures wraps it into more: then room for those)
+    label_lines, fitted = 2, 0
+    while fitted != label_lines:
+        fitted = label_lines
+        cbar_lab = text_width_in(ticks, fs) + (label_lines + 0.2) * fs * LINE * PT + 0.06
+        room = width - 2 * pad - cbar_gap - cbar_w - cbar_lab - gap * (per_row - 1)
+        img_w = max(room / per_row, 0.3)
+        img_h = img_w * ih / iw
+        bar_h = rows * img_h + (rows - 1) * (cap_in + gap)
+        # (narrower pictures make a shorter bar: more lines, never fewer, so this settles within the label's words)
+        label_lines = max(fitted, wrap_label(ov.scale.label, bar_h, fs).count("\n") + 1)
     height = title_in + rows * (cap_in + img_h) + (rows - 1) * gap + 2 * pad
     fig = new_figure(spec, width, height, constrained=False)
     cmap = _cmap(style, "image")
@@ -528,7 +538,6 @@ def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
         if ho.captions:
             ax.set_title(ho.captions[k], fontsize=fs, pad=fs * 0.4)
     x_bar = pad + per_row * img_w + (per_row - 1) * gap + cbar_gap
-    bar_h = rows * img_h + (rows - 1) * (cap_in + gap)
     cax = fig.add_axes((x_bar / width, pad / height, cbar_w / width, bar_h / height))
     # the overlay's colour scale (fixed, shared by the block's heads or stretched to the map, as on screen): the bar
     # says which in the screen's words

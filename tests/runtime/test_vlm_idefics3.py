@@ -307,7 +307,7 @@ def test_several_heads_of_a_tiled_image_side_by_side_on_the_shared_scale(model, 
     top = max(float(r.maps[i].array()[0, h, row, image_keys].max()) for i in blk.sites for h in range(blk.heads_in(0)))
     fig = render_spec(r, FigureSpec(view="image", layer=1, heads=[0, 2], query=row, image_scale="shared", dpi=40))
     pictures = [a for a in fig.axes if len(a.images) == 2]
-    assert [a.get_title().split(" · ")[:2] for a in pictures] == [
+    assert [a.get_title().replace("\n", " · ").split(" · ")[:2] for a in pictures] == [
         ["head 0", "tiles"],
         ["head 0", "global image"],
         ["head 2", "tiles"],

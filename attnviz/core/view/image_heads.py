@@ -49,9 +49,9 @@ def heads_overlay(
         )
     overlays = [overlay_view(result, sel.with_(head=h, heads=()), size, blocks) for h in heads]
     pictures = [p for ov in overlays for p in _pictures(ov)]
-    captions = [
-        f"head {h}" + (f" · {c}" if c else "") for h, ov in zip(heads, overlays) for c in (ov.captions or ("",))
-    ]
+    # a tiled image's panels keep their captions on a line of their own under the head's (side by side, one line
+    # ran into the next picture's)
+    captions = [f"head {h}" + (f"\n{c}" if c else "") for h, ov in zip(heads, overlays) for c in (ov.captions or ("",))]
     one = f"head {heads[0]} · "
     title = overlays[0].title.replace(one, f"heads {', '.join(map(str, heads))} · ", 1)
     return HeadsOverlay(overlays, pictures, captions, title)
