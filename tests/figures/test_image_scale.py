@@ -147,3 +147,20 @@ def test_several_heads_on_the_stretched_scale_is_one_line(tmp_path, vit, capsys)
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--scale shared" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_a_nan_weight_is_no_top_of_the_shared_scale():
+    """A NaN in the first head read (an export's fused kernel gone wrong) left Python's max() order-dependent: the
+    shared top is numpy's nanmax over the heads' rows, by hand; every weight NaN: the scale's floor, drawn blank."""
+    from figure_data import vision_result
+
+    r = vision_result()
+    r.maps[0].array()[0, 0, 0, 1] = np.nan
+    grid = r.patch_grid
+    by_hand = max(float(np.nanmax(m.array()[0, h, 0, grid.offset : grid.end])) for m in r.maps for h in range(2))
+    ov = vm.overlay_view(r, vm.Selection(mode="head", layer=1, head=0, query=0, scale="shared"))
+    assert ov.vmax == pytest.approx(by_hand, rel=1e-6) and not np.isnan(ov.heat).any()
+    r = vision_result()  # (a result's maps are read once for its shared tops: a new one)
+    for m in r.maps:
+        m.array()[:] = np.nan
+    assert vm.overlay_view(r, vm.Selection(mode="head", layer=1, head=0, query=0, scale="shared")).vmax == 1e-6

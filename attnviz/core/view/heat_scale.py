@@ -61,8 +61,10 @@ def heat_scale(scale: str, log: bool, drawn_top: float, shared_top: Callable[[],
 def image_keys_top(vec: np.ndarray, grid: PatchGrid, whole: PatchGrid | None) -> float:
     """The largest weight ``vec`` (a query's row over a block's keys) gives the image's keys: the grid's, and a tiled
     image's global image's beside it."""
-    top = float(np.max(grid.to_image(vec)))
-    return max(top, float(np.max(whole.to_image(vec)))) if whole is not None else top
+    cells = [grid.to_image(vec)] + ([whole.to_image(vec)] if whole is not None else [])
+    return float(
+        np.fmax.reduce(np.concatenate([c.ravel() for c in cells]), initial=0.0)
+    )  # (a NaN weight: ignored, not the top)
 
 
 SHARED_TOPS_KEPT = 256  # shared tops remembered per result (one a block, batch row, image and query)

@@ -292,7 +292,8 @@ def _shared_top(d: _Drawn, query: int, whole: PatchGrid | None) -> float:
         for i in range(blk.n_layers)
         for h in range(blk.heads_in(i))
     )
-    return max(max(tops, default=0.0), 1e-6)
+    top = float(np.fmax.reduce(np.fromiter(tops, float), initial=0.0))  # (a NaN weight is no top)
+    return top if top >= 1e-6 else 1e-6
 
 
 def _drawn_top(patch: np.ndarray) -> float:
