@@ -90,14 +90,22 @@ def shots() -> list[Shot]:
             {"block": 2, "mode": "head", "layer": 2, "head": 0},
             True,
         ),
-        # colour under the heat: the captions are about colours (a grey base hid them)
-        Shot("captioning-image", "captioning", "image", {"generate": 32}, {"image_base": "colour"}, query="blue"),
+        # colour under the heat: the captions are about colours (a grey base hid them); the README's image shots are
+        # on the stretched scale (where a word looks), the window's default being fixed 0–1
+        Shot(
+            "captioning-image",
+            "captioning",
+            "image",
+            {"generate": 32},
+            {"image_base": "colour", "scale": "map"},
+            query="blue",
+        ),
         Shot(  # a typed caption, teacher-forced (generate 0), over the image in its own colours
             "captioning-caption",
             "captioning",
             "image",
             {"text": "a purple circle below a blue triangle", "generate": 0},
-            {"image_base": "colour"},
+            {"image_base": "colour", "scale": "map"},
             query="purple",
         ),
         Shot("captioning-alignment", "captioning", "alignment", {"generate": 32}),
@@ -106,7 +114,7 @@ def shots() -> list[Shot]:
             "vit-classification",
             "image",
             {},
-            {"mode": "rollout", "layer_lo": 0, "image_base": "colour"},
+            {"mode": "rollout", "layer_lo": 0, "image_base": "colour", "scale": "map"},
         ),
         Shot("vision-heatmap", "vit-classification", "heatmap", {}, {"mode": "head", "layer": 1, "head": 0}),
         Shot("forecasting-heatmap", "forecasting", "heatmap", {}, {"mode": "head", "layer": 1, "head": 0}),

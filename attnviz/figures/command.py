@@ -162,7 +162,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--scale",
         choices=tuple(SCALES),
         help="top of the colour scale: fixed 0-1 (default, as in the window), shared by the block's heads, or map "
-        "(stretched to each map's maximum); the colour bar says which",
+        "(stretched to each map's maximum); the colour bar says which. Image view: shared is the largest weight any "
+        "head of the block gives the image from this query, so heads compare",
     )
     view.add_argument(
         "--picture",
@@ -303,6 +304,17 @@ def _spec_overrides(args) -> dict:
     return d
 
 
+def _image_scale(spec_d: dict, args) -> None:
+    """The image view's colour scale (FigureSpec.image_scale): --scale, else (a new figure) the window's default; a
+    recipe without one keeps the stretched scale it was drawn on, which --log then applies to."""
+    if spec_d.get("view") != "image":
+        return
+    if args.scale is not None or not args.recipe:
+        spec_d["image_scale"] = spec_d["scale"]
+    elif args.log is not None and spec_d.get("image_scale") is None:
+        spec_d["image_scale"] = "map"
+
+
 def _progress(i: int, n: int, label: str, stream=None) -> None:
     stream = stream or sys.stderr
     width = 30
@@ -411,6 +423,7 @@ def run(args) -> int:
         from attnviz.core.view import DEFAULT_SCALE
 
         spec_d.setdefault("scale", DEFAULT_SCALE)
+    _image_scale(spec_d, args)
     spec = FigureSpec(**spec_d)
     if args.all_heads and spec.view == "overview":
         raise AttnvizError("--all-heads does not apply to the overview view (it already shows every head)")

@@ -359,14 +359,15 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
     base = view.Selection(
         block=bi,
         keep=float(spec.keep),
-        log=bool(spec.log),
+        log=bool(spec.log) and (spec.view != "image" or spec.image_scale is not None),
         hide_special=bool(spec.hide_special),
         step=-1 if step is None else step,
         batch=int(spec.batch or 0),
         query=query,
         rows=str(spec.rows or (declared[1] if declared else "predict")),
         image_base=str(spec.image_base or view.default_image_base(result)),
-        scale=spec.scale or "map",  # unset in a recipe written before scales: the stretched scale it was drawn on
+        # unset in a recipe written before scales: the stretched scale it was drawn on (an image's: its own field)
+        scale=(spec.image_scale if spec.view == "image" else spec.scale) or "map",
         picture=int(spec.picture or 1) - 1,
         image_from=spec.image_from or view.DEFAULT_IMAGE_FROM,
         frame=int(spec.frame or 1) - 1,

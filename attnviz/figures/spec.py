@@ -143,6 +143,10 @@ class FigureSpec:
     image_from: str | None = None
     # heatmap of a vision tower's frames (tiles, images): which frame is drawn (1-based); None: the first
     frame: int | None = None
+    # image: the overlay's colour scale, fixed | shared (the block's heads, this query's row) | map, with `log`.
+    # None: stretched to the map, linear, as every image figure was drawn before there was a choice (its recipe's
+    # `scale` and `log` were not read), so such a recipe draws the same bytes; `figure --view image` records it
+    image_scale: str | None = None
 
     def __post_init__(self):
         self.validate()
@@ -168,6 +172,10 @@ class FigureSpec:
             raise AttnvizError(f"step {self.step} must be 0 or more")
         if self.scale is not None and self.scale not in SCALES:
             raise AttnvizError(f"unknown colour scale {self.scale!r}; use one of {', '.join(SCALES)}", param="scale")
+        if self.image_scale is not None and self.image_scale not in SCALES:
+            raise AttnvizError(
+                f"unknown colour scale {self.image_scale!r}; use one of {', '.join(SCALES)}", param="scale"
+            )
         if self.picture is not None and (isinstance(self.picture, bool) or int(self.picture) < 1):
             raise AttnvizError(f"picture {self.picture}: images count from 1; give --picture N", param="picture")
         if self.frame is not None and (isinstance(self.frame, bool) or int(self.frame) < 1):
@@ -189,7 +197,8 @@ class FigureSpec:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for key in ("picture", "image_from", "frame"):  # not chosen: the recipe as it was before there was a choice
+        # not chosen: the recipe as it was before there was a choice
+        for key in ("picture", "image_from", "frame", "image_scale"):
             if d[key] is None:
                 del d[key]
         return d

@@ -481,7 +481,9 @@ def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap, panel: vm.OverlayP
         x, y, w, h = rect
         ax.add_patch(Rectangle((x - 0.5, y - 0.5), w, h, fill=False, edgecolor=vm.QUERY_OUTLINE, linewidth=1.0))
     ax.set_axis_off()
-    return ScalarMappable(norm=Normalize(0.0, ov.vmax, clip=True), cmap=cmap)
+    hs = ov.scale  # the colour scale in force: the bar's numbers are its weights (decades on the log scale)
+    norm = LogNorm(hs.vmin, hs.vmax, clip=True) if hs.log else Normalize(hs.vmin, hs.vmax, clip=True)
+    return ScalarMappable(norm=norm, cmap=cmap)
 
 
 def _image_selection(sel: vm.Selection) -> vm.Selection:
@@ -489,37 +491,57 @@ def _image_selection(sel: vm.Selection) -> vm.Selection:
     return sel.with_(keep=1.0, hide_special=False)
 
 
+IMAGES_A_ROW = 4  # several heads' pictures wrap after this many a row (a tiled image's heads: one a row)
+
+
 def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     spec = style
     image = _rgb(vm.pictured(result, sel.picture).image)  # the image chosen of a prompt's several
-    ov = vm.overlay_view(result, _image_selection(sel), image.shape[:2])
+    # one map, or several heads side by side on one colour scale (the view model's pictures, captions and title)
+    ho = vm.heads_overlay(result, _image_selection(sel), image.shape[:2])
+    ov = ho.overlays[0]
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
-    panels = [None] if ov.global_panel is None else [None, ov.global_panel]  # the tiles, then the global image
-    width = spec.fixed_width or (3.0 if len(panels) == 1 else 5.0)
-    title = fit_title(make_title(result, style, ov.title), width, fs + 1)
+    n = len(ho.pictures)
+    per_head = n // len(ho.overlays)  # a tiled image's heads: one a row, its tiles beside its global image
+    per_row = min(n, IMAGES_A_ROW) if per_head == 1 else per_head
+    rows = math.ceil(n / per_row)
+    width = spec.fixed_width or (3.0 if n == 1 else 5.0 if n == 2 else 7.16)
+    title = fit_title(make_title(result, style, ho.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
-    cap_in = 1.6 * fs * LINE * PT if ov.captions else 0.0  # the tiles' and the global image's captions
+    # the heads', the tiles' and the global image's captions (a head's over a tiled image's: two lines)
+    lines = max((c.count("\n") + 1 for c in ho.captions), default=0)
+    cap_in = (0.6 + lines) * fs * LINE * PT if ho.captions else 0.0
     pad, cbar_gap, cbar_w, gap = 0.05, 0.08, 0.08, 0.1
     # room right of the bar for its tick labels (the top one is the scale's value, e.g. 0.0296) and its label
-    ticks = [text for _, text in vm.scale_ticks(0.0, ov.vmax, False)]
-    cbar_lab = text_width_in(ticks, fs) + 2.2 * fs * LINE * PT + 0.06
-    room = width - 2 * pad - cbar_gap - cbar_w - cbar_lab - gap * (len(panels) - 1)
-    img_w = max(room / len(panels), 0.3)
-    img_h = img_w * ih / iw
-    height = title_in + cap_in + img_h + 2 * pad
+    ticks = [text for _, text in vm.scale_ticks(ov.scale.vmin, ov.scale.vmax, ov.scale.log)]
+    # (two lines of label, unless a bar as short as a row of wide pictures wraps it into more: then room for those)
+    label_lines, fitted = 2, 0
+    while fitted != label_lines:
+        fitted = label_lines
+        cbar_lab = text_width_in(ticks, fs) + (label_lines + 0.2) * fs * LINE * PT + 0.06
+        room = width - 2 * pad - cbar_gap - cbar_w - cbar_lab - gap * (per_row - 1)
+        img_w = max(room / per_row, 0.3)
+        img_h = img_w * ih / iw
+        bar_h = rows * img_h + (rows - 1) * (cap_in + gap)
+        # (narrower pictures make a shorter bar: more lines, never fewer, so this settles within the label's words)
+        label_lines = max(fitted, wrap_label(ov.scale.label, bar_h, fs).count("\n") + 1)
+    height = title_in + rows * (cap_in + img_h) + (rows - 1) * gap + 2 * pad
     fig = new_figure(spec, width, height, constrained=False)
     cmap = _cmap(style, "image")
-    for k, panel in enumerate(panels):  # one colour scale: which of the two a word looks at shows
-        x0 = pad + k * (img_w + gap)
-        ax = fig.add_axes((x0 / width, pad / height, img_w / width, img_h / height))
-        sm = _overlay(ax, image, ov, cmap, panel)
-        if ov.captions:
-            ax.set_title(ov.captions[k], fontsize=fs, pad=fs * 0.4)
-    x_bar = pad + len(panels) * img_w + (len(panels) - 1) * gap + cbar_gap
-    cax = fig.add_axes((x_bar / width, pad / height, cbar_w / width, img_h / height))
-    # the overlay's heat is divided by the map's maximum (where a query looks, as on screen): the bar says so
-    _colorbar(fig, sm, False, fs, vm.weight_label(False, scale="map"), img_h, cax=cax)
+    for k, (drawn, panel) in enumerate(ho.pictures):  # one colour scale: which head, which picture, looks shows
+        r, c = divmod(k, per_row)
+        x0 = pad + c * (img_w + gap)
+        y0 = pad + (rows - 1 - r) * (img_h + cap_in + gap)
+        ax = fig.add_axes((x0 / width, y0 / height, img_w / width, img_h / height))
+        sm = _overlay(ax, image, drawn, cmap, panel)
+        if ho.captions:
+            ax.set_title(ho.captions[k], fontsize=fs, pad=fs * 0.4)
+    x_bar = pad + per_row * img_w + (per_row - 1) * gap + cbar_gap
+    cax = fig.add_axes((x_bar / width, pad / height, cbar_w / width, bar_h / height))
+    # the overlay's colour scale (fixed, shared by the block's heads or stretched to the map, as on screen): the bar
+    # says which in the screen's words
+    _colorbar(fig, sm, ov.scale.log, fs, ov.scale.label, bar_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -538,7 +560,8 @@ def draw_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
 def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, sv: vm.StripView):
     spec = style
     # a panel per word: the words' attention over the image, whatever the image view was drawing
-    isel = _image_selection(sel).with_(block=sv.block_index, image_from=vm.DEFAULT_IMAGE_FROM)
+    # (each panel on its own stretched scale: vm.panel_selection)
+    isel = vm.panel_selection(_image_selection(sel).with_(block=sv.block_index, image_from=vm.DEFAULT_IMAGE_FROM))
     rows = [(p.row, p.word) for p in sv.panels]
     image = _rgb(result.image)
     ih, iw = image.shape[:2]

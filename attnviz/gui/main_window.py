@@ -808,6 +808,7 @@ class MainWindow(QMainWindow):
                 return None
             row = self.image_regions.queries[self.image_regions.query][1]
             sel = rules.on_block(sel, s.blocks, src[0], query=None if row < 0 else int(row))
+            sel = sel.with_(heads=())  # the tab draws one map (several heads side by side: `figure --head 0,3`)
         if view is self.audio_regions:
             shown = self.audio_regions.shown_query()
             if shown is None:

@@ -34,7 +34,8 @@ def _pixel(png: np.ndarray, ax, y: int, x: int) -> np.ndarray:
 
 
 def _heat_at(result, y: int, x: int) -> float:
-    sel = vm.Selection(mode="head", layer=1, head=1, query=0)
+    # (a FigureSpec without image_scale draws the stretched scale every image figure was drawn on before)
+    sel = vm.Selection(mode="head", layer=1, head=1, query=0, scale="map")
     return float(vm.overlay_view(result, sel, result.image.shape[:2]).heat[y, x])
 
 

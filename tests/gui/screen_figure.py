@@ -151,6 +151,22 @@ def check_image(w, fig):
         _check_picture(w, fig, image_item, overlay_item, ax)
     captions = [c.textItem.toPlainText() for c in v.captions] if v._two else []
     assert [ax.get_title() for ax in drawn] == (captions or [""])
+    # the same colour scale (the selection's: fixed, shared by the block's heads or stretched; linear or log): the
+    # bar's limits, words and ticks, the screen's in log10 units on the log scale
+    sel = w.session.sel
+    cax = fig.axes[-1]
+    lo, hi = v.colorbar.levels()
+    fig_lo, fig_hi = cax.get_ylim()
+    if sel.log:
+        np.testing.assert_allclose([np.log10(fig_lo), np.log10(fig_hi)], [lo, hi], rtol=1e-6, atol=1e-9)
+    else:
+        np.testing.assert_allclose([fig_lo, fig_hi], [lo, hi], rtol=1e-6)
+    if sel.scale == "fixed":
+        assert hi == (0.0 if sel.log else 1.0)
+    assert cax.get_ylabel().replace("\n", " ") == v.colorbar.axis.labelText
+    assert [unescape(t.get_text()) for t in cax.get_yticklabels() if t.get_text()] == [
+        text for _, text in v.colorbar.axis._tickLevels[0]
+    ]
     assert f"query “{v.queries[v.query][0]}”" in " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
 
 

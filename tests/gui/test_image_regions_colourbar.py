@@ -25,6 +25,7 @@ def test_the_heat_has_its_colour_bar(qtbot, real_window):
     w = real_window
     open_and_wait(qtbot, w, DEMO)
     w.select_view("image")
+    w.session.select(scale="map")  # the stretched scale (the others: tests/gui/test_image_scale_gui.py)
     v = w.image_regions
     s = w.session
     bi, _grid, _kind = v.source()
@@ -36,7 +37,7 @@ def test_the_heat_has_its_colour_bar(qtbot, real_window):
     lo, hi = bar.levels()
     assert lo == 0.0 and hi == want
     assert bar.axis.labelText == vm.weight_label(False, scale="map")
-    assert f"0–{want:.3g}" in v.info.text()
+    assert f"0–{want:.3g} (stretched to this map)" in v.info.text()
     # the bar lies inside the view, right of the picture, and its colours are the overlay's colour map
     grab = v.glw.grab().toImage()
     bar_rect = v.glw.mapFromScene(bar.bar.sceneBoundingRect()).boundingRect()

@@ -67,7 +67,8 @@ def test_switching_to_the_vision_tower_draws_its_patch_rows_over_each_image(
     assert v.source()[0] == s.sel.block
     labels = list(s.blocks[s.sel.block].key_axis.labels)
     tower = [i for i, site in enumerate(r.sites) if site.stack == "encoder"]
-    s.select(mode="head", layer=1, head=2)  # the sidebar's layer and head: the tower's
+    # the sidebar's layer and head: the tower's (heat_alpha: the heat stretched to the map, as drawn on "map")
+    s.select(mode="head", layer=1, head=2, scale="map")
     for picture in (1, 0):
         v.picture_box.setCurrentIndex(picture)
         assert s.sel.picture == picture and s.sel.image_from == "tower"

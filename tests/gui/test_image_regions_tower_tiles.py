@@ -124,7 +124,7 @@ def test_the_global_images_patches_and_peak_are_named_as_the_global_image(qtbot,
     att = r.maps[[i for i, site in enumerate(r.sites) if site.stack == "encoder"][1]].array()[0, 2]
     mean = att[: len(labels)].mean(axis=0)
     tile, whole = top(labels, mean, r"tile \d+·\(\d+,\d+\)"), top(labels, mean, r"\(\d+,\d+\)")
-    want = f"peak at {named(tile)} · global image 6×6 beside them, peak at {named(whole)} · colours span"
+    want = f"peak at {named(tile)} · global image 6×6 beside them, peak at {named(whole)} · colours "
     assert want in v.info.text()
     # a click on the global image's patch (4, 1): named so on its button, in the info line and in the export
     h, wd = v._image_size
@@ -134,7 +134,7 @@ def test_the_global_images_patches_and_peak_are_named_as_the_global_image(qtbot,
     assert (label, labels[row]) == ("global image patch (4, 1)", "(4,1)")
     assert v.query_bar.buttons[v.query].text() == label and f"query “{label}”" in v.info.text()
     peak = named(top(labels, att[row], r"\(\d+,\d+\)"))  # its row lies on the global image's own keys
-    assert f"global image 6×6 beside them, peak at {peak} · colours span" in v.info.text()
+    assert f"global image 6×6 beside them, peak at {peak} · colours " in v.info.text()
     check_image(w, figure(w, v))  # the figure's title: query “global image patch (4, 1)”
 
 
@@ -172,7 +172,7 @@ def test_a_tower_without_the_decoders_tokens_says_its_tiles_are_not_drawn(qtbot,
     mean = s.blocks[bi].layer(s.sel.layer).mean(axis=0)[grid.offset :].mean(axis=0)  # the global image's rows
     assert (
         "grid 6×6 (global image only: its 4 tiles at keys 0–143 of the tower not drawn, no decoder image tokens to "
-        f"lay them out) · peak at {named(top(labels, mean, r'[(][0-9]+,[0-9]+[)]'))} · colours span"
+        f"lay them out) · peak at {named(top(labels, mean, r'[(][0-9]+,[0-9]+[)]'))} · colours "
     ) in v.info.text()
     # a click on its patch (2, 5): named as the global image's, as beside the tiles
     h, wd = v._image_size

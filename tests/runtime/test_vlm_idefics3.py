@@ -231,7 +231,8 @@ def test_image_regions_show_a_word_over_the_tiles(model, images, torch_model, id
     runs = [k for k in range(len(ids)) if ids[k] == im.IMAGE_TOKEN and ids[k - 1] != im.IMAGE_TOKEN]
     row = dict(queries)["cat"]
     for layer, head in ((0, 1), (1, 3)):
-        ov = v.overlay_view(r, v.Selection(block=dec, layer=layer, head=head, query=row))
+        # (stretched to the map: the top of both panels' drawn weights below)
+        ov = v.overlay_view(r, v.Selection(block=dec, layer=layer, head=head, query=row, scale="map"))
         want = decoder[layer][0, head, row]
         left = want[runs[0] : runs[0] + im.N_TILE].reshape(im.SIDE, im.SIDE)
         right = want[runs[1] : runs[1] + im.N_TILE].reshape(im.SIDE, im.SIDE)
@@ -286,6 +287,33 @@ def test_the_image_figure_draws_the_tiled_grid(model, images):
         "png",
     )
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_several_heads_of_a_tiled_image_side_by_side_on_the_shared_scale(model, images, idefics3_repo):
+    """`figure --view image --head 0,2 --scale shared` of a tiled image: each head's tiles and global image side by
+    side, captioned with the head and each panel's share of the row, under one colour bar whose top is the largest
+    weight any head of any layer gives the image's tokens (tiles and global image) from the word's row, by numpy."""
+    from attnviz.core import view as v
+    from attnviz.figures import FigureSpec, render_spec
+
+    r = model.analyze(text=PROMPT, image=str(images["wide"]))
+    dec = v.image_source(r, r.blocks())[0]
+    blk = r.blocks()[dec]
+    row = dict(v.image_queries(r, blk, r.token_grid))["cat"]
+    # the image's tokens: the three runs of image tokens in the prompt (two tiles, then the global image)
+    ids = reference_inputs(idefics3_repo, PROMPT, [images["wide"]])["input_ids"][0]
+    image_keys = [k for k in range(len(ids)) if ids[k] == im.IMAGE_TOKEN]
+    assert len(image_keys) == 3 * im.N_TILE
+    top = max(float(r.maps[i].array()[0, h, row, image_keys].max()) for i in blk.sites for h in range(blk.heads_in(0)))
+    fig = render_spec(r, FigureSpec(view="image", layer=1, heads=[0, 2], query=row, image_scale="shared", dpi=40))
+    pictures = [a for a in fig.axes if len(a.images) == 2]
+    assert [a.get_title().replace("\n", " · ").split(" · ")[:2] for a in pictures] == [
+        ["head 0", "tiles"],
+        ["head 0", "global image"],
+        ["head 2", "tiles"],
+        ["head 2", "global image"],
+    ]
+    assert fig.axes[-1].get_ylim()[1] == pytest.approx(top, rel=1e-5)
 
 
 def test_the_vision_block_over_the_image_is_every_tile_beside_the_global_image(model, images):

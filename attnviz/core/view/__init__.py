@@ -21,8 +21,9 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.zoom` -- a long map's region drawn at a zoomed view's pixels (:func:`plan_region`, :func:`pool_region`)
 - :mod:`.maps` -- :class:`MapView` and :func:`compute_map` (heatmap); :mod:`.alignment` -- words x source tokens
 - :mod:`.strip` -- one panel per generated word
-- :mod:`.image_from`, :mod:`.patches`, :mod:`.heat`, :mod:`.overlay` -- image regions: whose attention (the words'
-  or the vision tower's), the keys, the drawing, the view
+- :mod:`.image_from`, :mod:`.patches`, :mod:`.heat`, :mod:`.heat_scale`, :mod:`.overlay`, :mod:`.image_heads` -- image
+  regions: whose attention (the words' or the vision tower's), the keys, the drawing, its colour scale, the view,
+  several heads side by side
 - :mod:`.frame_map` -- the Head map: a tower's frames one frame at a time (:func:`head_map`), else compute_map
 - :mod:`.links` -- token links (a tower's frames: the Head map's frame)
 - :mod:`.compare` -- two models compared: B's map of A's selection, and A − B
@@ -89,12 +90,14 @@ from attnviz.core.view.heat import (
     overlay_alpha,
     upsample,
 )
+from attnviz.core.view.heat_scale import HeatScale, heat_scale
 from attnviz.core.view.image_from import (
     DEFAULT_IMAGE_FROM,
     IMAGE_FROM,
     ImageFrom,
     image_from_entry,
 )
+from attnviz.core.view.image_heads import HeadsOverlay, heads_overlay, image_heads
 from attnviz.core.view.labels import (
     MAX_LABEL_CHARS,
     clean_label,
@@ -205,6 +208,7 @@ from attnviz.core.view.strip import (
     StripPanel,
     StripView,
     over_image,
+    panel_selection,
     strip_block,
     strip_view,
 )
@@ -223,6 +227,8 @@ __all__ = [
     "DIVERGENCE_COLOURS",
     "GLOBAL_PANEL",
     "HEAD_COLOURS",
+    "HeatScale",
+    "HeadsOverlay",
     "HIDDEN_NOTE",
     "IMAGE_BASES",
     "IMAGE_FROM",
@@ -274,6 +280,9 @@ __all__ = [
     "shown_frame",
     "frame_names",
     "head_map",
+    "heat_scale",
+    "heads_overlay",
+    "image_heads",
     "tower_frames",
     "map_notes",
     "compute_other_map",
@@ -320,6 +329,7 @@ __all__ = [
     "nice_ticks",
     "notes_label",
     "over_image",
+    "panel_selection",
     "overlay_alpha",
     "overlay_view",
     "default_image_query",

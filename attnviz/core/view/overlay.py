@@ -13,6 +13,7 @@ import numpy as np
 
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.heat import overlay_alpha, upsample
+from attnviz.core.view.heat_scale import HeatScale, heat_scale, image_keys_top, kept_top
 from attnviz.core.view.labels import clean_label
 from attnviz.core.view.maps import MapRows, images_note, map_rows
 from attnviz.core.view.patches import (
@@ -83,9 +84,9 @@ class OverlayView:
     grid: PatchGrid
     query_label: str
     block_index: int
-    heat: np.ndarray  # [H, W] in [0, 1]: the patch map smoothly upsampled, divided by vmax
+    heat: np.ndarray  # [H, W] in [0, 1]: the patch map smoothly upsampled, on the colour scale ``colours``
     alpha: np.ndarray  # [H, W] opacity: unattended regions keep the image visible
-    vmax: float
+    vmax: float  # the top of the colour scale in force (colours.vmax)
     title: str
     base: str = "grey"  # what lies under the heat (IMAGE_BASES)
     query_cell: tuple[int, int] | None = None  # (row, col) of the query patch, outlined on the image; None: no patch
@@ -93,6 +94,13 @@ class OverlayView:
     global_panel: OverlayPanel | None = None
     share: float = 1.0  # the fraction of the query row's weight on this grid's keys (said beside a global panel)
     query_place: str = ""  # " (word 5)" where another query bears the same word (:func:`query_place`)
+    # the colour scale the heat is on (the selection's scale and log box); None: stretched to this map, linear
+    colours: HeatScale | None = None
+
+    @property
+    def scale(self) -> HeatScale:
+        """The colour scale in force: its range, the colour bar's words and the info line's note."""
+        return self.colours or HeatScale("map", False, 0.0, self.vmax)
 
     @property
     def query_text(self) -> str:
@@ -137,6 +145,7 @@ class _Drawn:
     kind: str
     mv: MapRows
     queries: list[tuple[str, int]]
+    sel: Selection  # the selection the rows were read for (the block's, clamped)
 
 
 def _drawn(result: AttentionResult, sel: Selection, blocks: list[Block] | None) -> _Drawn:
@@ -158,12 +167,14 @@ def _drawn(result: AttentionResult, sel: Selection, blocks: list[Block] | None) 
             keep=1.0,
             # rollout multiplies square self-attention maps: over words' or a pooling head's queries, their mean
             mode="mean" if kind != "self" and sel.mode == "rollout" else sel.mode,
+            # the overlay's scale is its own (heat_scale): the rows need no "shared" top of the block's thumbnails
+            scale="fixed",
         ),
         blocks,
     )
     # the map's rows and keys by position (its queries skip pads), read by rows: a tower's frames are never laid out
     mv = map_rows(result, s, blocks)
-    return _Drawn(result, blocks, which, bi, grid, kind, mv, image_queries(result, blocks[bi], grid))
+    return _Drawn(result, blocks, which, bi, grid, kind, mv, image_queries(result, blocks[bi], grid), s)
 
 
 def _default_query(d: _Drawn, step: int) -> int:
@@ -193,6 +204,7 @@ def overlay_view(
     """The image-regions overlay: ``sel.query`` row (None: :func:`default_image_query`) of the image block, over
     image ``sel.picture`` of a prompt that holds several."""
     d = _drawn(result, sel, blocks)
+    original = result
     result, blocks, which = d.result, d.blocks, d.which
     bi, grid, kind, mv, queries = d.bi, d.grid, d.kind, d.mv, d.queries
     rows = [r for _, r in queries]
@@ -200,11 +212,10 @@ def overlay_view(
     if query is None:
         query = rows[_default_query(d, sel.step)]
     cell = None
+    vec = _query_row(mv, grid, query)
     if query < 0:
-        # the grid's own patches as queries (one prompt's several images: this image's, not the next one's)
-        vec, label = mv.mean(grid.offset, grid.end), "all patches (mean)"
+        label = "all patches (mean)"
     else:
-        vec = mv.row(min(query, mv.n_rows - 1))
         label = dict((r, lab) for lab, r in queries).get(query) or _row_name(result, blocks[bi], query)
         if kind == "self" and grid.cell(query) is not None:  # a patch as the query
             label = patch_label(grid, query)
@@ -216,28 +227,32 @@ def overlay_view(
     if size is None:
         shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)
         size = (int(shape[0]), int(shape[1]))
-    # the top of the drawn (smoothed) weights, which the colour bar states: sampled 8 times a cell whatever the
+    # the top of the drawn (smoothed) weights, the stretched scale's top: sampled 8 times a cell whatever the
     # drawing's size, so the screen (finer) and the figure (the image's pixels) share one scale; with a global
     # image beside the tiles, the top of both (one colour bar: which of the two a word looks at shows)
-    vmax = _drawn_top(patch)
+    drawn = _drawn_top(patch) if whole is None else max(_drawn_top(patch), _drawn_top(whole.to_image(vec)))
+    # (the shared top, per block, batch row, image, attention over it and query: the rows every head gives)
+    key = (bi, d.sel.batch, sel.picture, sel.image_from, query)
+    hs = heat_scale(sel.scale, sel.log, drawn, lambda: kept_top(original, key, lambda: _shared_top(d, query, whole)))
     glob = None
     if whole is not None:
         gpatch = whole.to_image(vec)
-        vmax = max(vmax, _drawn_top(gpatch))
-        gheat = np.clip(upsample(gpatch, size) / vmax, 0.0, 1.0)
+        gheat = hs.heat(upsample(gpatch, size))
         total = max(float(np.sum(vec)), 1e-12)
         gcell = whole.cell(query) if query >= 0 else None
         glob = OverlayPanel(
             GLOBAL_PANEL, gpatch, whole, gheat, overlay_alpha(gheat, sel.image_base), float(gpatch.sum()) / total, gcell
         )
-    heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
+    heat = hs.heat(upsample(patch, size))
     alpha = overlay_alpha(heat, sel.image_base)
     # the map's title less its note of several images on the diagonal: the overlay draws one of them, named
     what = [p for p in mv.title.split(" · ")[1:] if p != images_note(result, blocks[bi])]
     place = query_place(queries, query)
     title = " · ".join([blocks[bi].name, *what, *([which] if which else []), f"query “{label}”{place}"])
     share = float(patch.sum()) / max(float(np.sum(vec)), 1e-12) if glob is not None else 1.0
-    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell, glob, share, place)
+    return OverlayView(
+        patch, grid, label, bi, heat, alpha, hs.vmax, title, sel.image_base, cell, glob, share, place, hs
+    )
 
 
 def _row_name(result: AttentionResult, blk: Block, row: int) -> str:
@@ -254,6 +269,31 @@ def _peak_label(grid: PatchGrid, cells: PatchGrid, patch: np.ndarray) -> str:
     """The name of ``patch``'s top cell (``cells``: the grid it lies on, ``grid`` or its global image's)."""
     r, c = np.unravel_index(int(np.argmax(patch)), patch.shape)
     return patch_label(grid, cells.key(int(r), int(c)))
+
+
+def _query_row(mv: MapRows, grid: PatchGrid, query: int) -> np.ndarray:
+    """Query ``query``'s row over the block's keys; below 0, the mean of the grid's own patches' rows (one prompt's
+    several images: this image's, not the next one's)."""
+    return mv.mean(grid.offset, grid.end) if query < 0 else mv.row(min(query, mv.n_rows - 1))
+
+
+def _shared_top(d: _Drawn, query: int, whole: PatchGrid | None) -> float:
+    """The shared scale's top: the largest weight any head of any layer of the image block gives the image's keys
+    from ``query``'s row (the grid's, and a global image's), whatever the selection aggregates: the heads compared
+    on one scale, as the token maps' shared scale is the block's heads' (an aggregate lies under it; rollout, whose
+    products may exceed any head, is clipped at it, as on the Head map)."""
+    blk = d.blocks[d.bi]
+    tops = (
+        image_keys_top(
+            _query_row(map_rows(d.result, d.sel.with_(mode="head", layer=i, head=h), d.blocks), d.grid, query),
+            d.grid,
+            whole,
+        )
+        for i in range(blk.n_layers)
+        for h in range(blk.heads_in(i))
+    )
+    top = float(np.fmax.reduce(np.fromiter(tops, float), initial=0.0))  # (a NaN weight is no top)
+    return top if top >= 1e-6 else 1e-6
 
 
 def _drawn_top(patch: np.ndarray) -> float:

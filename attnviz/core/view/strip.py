@@ -50,6 +50,13 @@ class StripView:
     scale: str = DEFAULT_SCALE
 
 
+def panel_selection(sel: Selection) -> Selection:
+    """An image strip's panel: the word's overlay stretched to its own peak, linear, whatever scale Image regions is
+    on, as in Xu et al. (2015): the strip asks where each word looks, not how much (and every strip figure was drawn
+    so, its recipe included)."""
+    return sel.with_(scale="map", log=False)
+
+
 def over_image(result: AttentionResult, blk: Block) -> bool:
     """Cross-attention from words to the image's patches (a captioning decoder)."""
     return blk.kind == "cross" and result.image is not None and block_grid(result, blk) is not None

@@ -83,10 +83,8 @@ NO_PICTURE = (
 
 class ImageRegionsView(View):
     title = tab_title("image")
-    scale_note = (
-        "Image regions stretch each map to its own peak (its colour bar says 'stretched to this map'): a word's "
-        "weight spreads over many patches, and on 0–1 every map would read dark"
-    )
+    # the colour-scale and log boxes apply (the view model's heat_scale): fixed 0–1, shared by the block's heads (a
+    # query's row in every head: heads compare), or stretched to the map's own peak; the info line says which
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
@@ -113,8 +111,8 @@ class ImageRegionsView(View):
             caption.hide()
             vb.addItem(caption)
         self._two = False
-        # the heat's scale, as the exported figure draws it beside the picture: the colours are divided by the
-        # map's largest weight (the info line's "colours span 0–…" alone left the colours without numbers)
+        # the heat's scale, as the exported figure draws it beside the picture: the weights of the colour scale in
+        # force (the info line's "colours span 0–…" alone left the colours without numbers)
         self.colorbar = pg.ColorBarItem(
             values=(0, 1), colorMap=style.colormap(style.HEAT_NAME), interactive=False, width=14
         )
@@ -287,10 +285,12 @@ class ImageRegionsView(View):
             declared_heads.open_on_declared(self.session, bi)
 
     # -- maps -------------------------------------------------------------------
-    def overlay_for(self, qi: int, size: tuple[int, int] | None = None) -> vm.OverlayView:
+    def overlay_for(self, qi: int, size: tuple[int, int] | None = None, strip: bool = False) -> vm.OverlayView:
+        """Query ``qi``'s overlay on the selection's colour scale, or (``strip``) a strip panel's own stretched one."""
         s = self.session
         bi = self.source()[0]
-        return vm.overlay_view(s.result, s.sel.with_(block=bi, query=self.queries[qi][1]), size, s.blocks)
+        sel = s.sel.with_(block=bi, query=self.queries[qi][1])
+        return vm.overlay_view(s.result, vm.panel_selection(sel) if strip else sel, size, s.blocks)
 
     def patch_map_for(self, qi: int) -> np.ndarray:
         return self.overlay_for(qi).patch
@@ -356,14 +356,16 @@ class ImageRegionsView(View):
             if rect is not None:
                 outline.setRect(QRectF(*rect))
             vb.setRange(QRectF(0, -top, w, h + top), padding=0)
-        style.set_colorbar(self.colorbar, (0.0, ov.vmax), False, vm.weight_label(False, scale="map"))
+        hs = ov.scale  # the colour bar states the scale in force, in weights (log10 of them on the log scale)
+        levels = (np.log10(hs.vmin), np.log10(hs.vmax)) if hs.log else (hs.vmin, hs.vmax)
+        style.set_colorbar(self.colorbar, (float(levels[0]), float(levels[1])), hs.log, hs.label)
         self._fit_colorbar()
         blk = s.blocks[bi]
         # the view model's words: a ViT's "+1 non-patch", SigLIP's none; the peaks named as clicked patches are
         note = vm.grid_note(self._pictured(), blk, grid)
         self.info.setText(
             f"{ov.query_text} · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols}"
-            f"{f' ({note})' if note else ''} · {ov.peak} · colours span 0–{ov.vmax:.3g}"
+            f"{f' ({note})' if note else ''} · {ov.peak} · {hs.note}"
             f"{NO_PICTURE if s.result.image is None else ''}"
         )
         self.block_name = blk.name
@@ -420,7 +422,7 @@ class ImageRegionsView(View):
         self.strip_scroll.show()
         small = _resize(img, THUMB_PX)
         for qi, label in enumerate(vm.query_names(self.queries)):  # named as the query buttons are
-            ov = self.overlay_for(qi, small.shape[:2])
+            ov = self.overlay_for(qi, small.shape[:2], strip=True)
             icon = vm.composite(small, heat_rgba(ov)[..., :3] / 255.0, ov.alpha, ov.base)
             b = QToolButton()
             b.setIcon(QIcon(to_pixmap(icon)))

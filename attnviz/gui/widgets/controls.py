@@ -23,7 +23,8 @@ from attnviz.gui.widgets.elided_combo import ElidedCombo
 ROW_TIP = "which row of a padded batch to show (each row keeps its own tokens)"
 SCALE_TIP = (
     "the top of the colour bar: 0–1 (weights are probabilities; near-uniform attention stays faint), the "
-    "largest weight of any head of the block (heads compare), or this map's own maximum (most contrast)"
+    "largest weight of any head of the block (heads compare; on Image regions, any head's weight on the image from "
+    "the query shown), or this map's own maximum (most contrast)"
 )
 LOG_TIP = f"colours on a log scale, {LOG_DECADES} decades below the top weight (weak weights become visible)"
 BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
