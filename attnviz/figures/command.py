@@ -162,8 +162,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--scale",
         choices=tuple(SCALES),
         help="top of the colour scale: fixed 0-1 (default, as in the window), shared by the block's heads, or map "
-        "(stretched to each map's maximum); the colour bar says which. Image view: shared is the largest weight any "
-        "head of the block gives the image from this query, so heads compare",
+        "(stretched to each map's maximum); the colour bar says which. Image view: map by default, as in the window; "
+        "shared is the largest weight any head of the block gives the image from this query, so heads compare",
     )
     view.add_argument(
         "--picture",
@@ -309,8 +309,12 @@ def _image_scale(spec_d: dict, args) -> None:
     recipe without one keeps the stretched scale it was drawn on, which --log then applies to."""
     if spec_d.get("view") != "image":
         return
-    if args.scale is not None or not args.recipe:
-        spec_d["image_scale"] = spec_d["scale"]
+    if args.scale is not None:
+        spec_d["image_scale"] = args.scale
+    elif not args.recipe:  # the window's default over an image: each map stretched (palette.IMAGE_DEFAULT_SCALE)
+        from attnviz.core.view import IMAGE_DEFAULT_SCALE
+
+        spec_d["image_scale"] = IMAGE_DEFAULT_SCALE
     elif args.log is not None and spec_d.get("image_scale") is None:
         spec_d["image_scale"] = "map"
 

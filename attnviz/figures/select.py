@@ -367,7 +367,8 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
         rows=str(spec.rows or (declared[1] if declared else "predict")),
         image_base=str(spec.image_base or view.default_image_base(result)),
         # unset in a recipe written before scales: the stretched scale it was drawn on (an image's: its own field)
-        scale=(spec.image_scale if spec.view == "image" else spec.scale) or "map",
+        scale=spec.scale or "map",
+        image_scale=spec.image_scale or "map",
         picture=int(spec.picture or 1) - 1,
         image_from=spec.image_from or view.DEFAULT_IMAGE_FROM,
         frame=int(spec.frame or 1) - 1,

@@ -279,6 +279,7 @@ class MainWindow(QMainWindow):
         s = self.session
         view = self.current_view()
         self.controls.set_scale_note(getattr(view, "scale_note", None))
+        self.controls.set_scale_field(getattr(view, "scale_field", "scale"))
         if s.result is None or not s.blocks:
             return
         want = None

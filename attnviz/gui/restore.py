@@ -50,6 +50,7 @@ SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "image_base": lambda v: v in IMAGE_BASES,
     "image_from": lambda v: v in IMAGE_FROM,
     "scale": lambda v: v in SCALES,
+    "image_scale": lambda v: v in SCALES,
     "keep": lambda v: 0 < v <= 1,
     "step": lambda v: v >= -1,
     "batch": lambda v: v >= 0,

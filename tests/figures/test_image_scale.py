@@ -53,7 +53,7 @@ def test_vit_shared_top_is_the_largest_weight_any_head_gives_the_patches(vit):
     mean_by_hand = max(float(m[0, h, 1:65, 1:65].mean(axis=0).max()) for m in layers for h in range(m.shape[1]))
     result = load_npz(vit)
     for mode in (dict(mode="head", layer=1, head=1), dict(mode="mean", layer_lo=0, layer_hi=1)):
-        sel = vm.Selection(**mode, query=0, scale="shared")
+        sel = vm.Selection(**mode, query=0, image_scale="shared")
         ov = vm.overlay_view(result, sel)
         assert ov.vmax == pytest.approx(by_hand, rel=1e-6) and ov.scale.vmin == 0.0
         assert vm.overlay_view(result, sel.with_(query=-1)).vmax == pytest.approx(mean_by_hand, rel=1e-6)
@@ -61,9 +61,9 @@ def test_vit_shared_top_is_the_largest_weight_any_head_gives_the_patches(vit):
     own = float(layers[1][0, 1, 0, 1:65].max())
     assert own < by_hand / 5
     # log: three decades below the same top; fixed: 0–1 (linear) or 0.001–1
-    log = vm.overlay_view(result, vm.Selection(mode="head", layer=1, head=1, query=0, scale="shared", log=True))
+    log = vm.overlay_view(result, vm.Selection(mode="head", layer=1, head=1, query=0, image_scale="shared", log=True))
     assert (log.scale.vmin, log.scale.vmax) == pytest.approx((by_hand / 1000, by_hand), rel=1e-6)
-    fixed = vm.overlay_view(result, vm.Selection(mode="head", layer=1, head=1, query=0, scale="fixed"))
+    fixed = vm.overlay_view(result, vm.Selection(mode="head", layer=1, head=1, query=0, image_scale="fixed"))
     assert (fixed.scale.vmin, fixed.scale.vmax) == (0.0, 1.0)
 
 
@@ -76,7 +76,9 @@ def test_captioner_shared_top_over_the_words_cross_attention(captioner):
     bi = blocks.index(cross)
     for row in (1, 5):
         by_hand = max(float(m[0, h, row, :].max()) for m in layers for h in range(m.shape[1]))
-        ov = vm.overlay_view(result, vm.Selection(block=bi, mode="head", layer=0, head=2, query=row, scale="shared"))
+        ov = vm.overlay_view(
+            result, vm.Selection(block=bi, mode="head", layer=0, head=2, query=row, image_scale="shared")
+        )
         assert ov.vmax == pytest.approx(by_hand, rel=1e-6)
         assert ov.scale.label == "attention weight (shared by the block's heads)"
 
@@ -86,14 +88,14 @@ def test_one_picture_on_three_scales_is_the_same_weights(vit):
     (where neither is clipped), and the log heat is log10 of the weights over three decades below the top."""
     result = load_npz(vit)
     sel = vm.Selection(mode="head", layer=1, head=3, query=0)
-    on = {s: vm.overlay_view(result, sel.with_(scale=s)) for s in vm.SCALES}
+    on = {s: vm.overlay_view(result, sel.with_(image_scale=s)) for s in vm.SCALES}
     fixed, shared, stretched = on["fixed"], on["shared"], on["map"]
     weights = fixed.heat  # on 0–1 the heat is the weights
     assert weights.max() < 1.0
     np.testing.assert_allclose(shared.heat * shared.vmax, weights, rtol=1e-5, atol=1e-7)
     free = stretched.heat < 0.999  # the stretched scale's top is sampled 8 times a cell: a pixel may pass it
     np.testing.assert_allclose(stretched.heat[free] * stretched.vmax, weights[free], rtol=1e-5, atol=1e-7)
-    log = vm.overlay_view(result, sel.with_(scale="fixed", log=True))
+    log = vm.overlay_view(result, sel.with_(image_scale="fixed", log=True))
     by_hand = np.clip((np.log10(np.maximum(weights, 1e-3)) + 3.0) / 3.0, 0.0, 1.0)
     np.testing.assert_allclose(log.heat, by_hand, atol=1e-6)
     # the opacity follows the heat on every scale, and the colour bar's words name the scale
@@ -104,14 +106,14 @@ def test_one_picture_on_three_scales_is_the_same_weights(vit):
 
 def test_several_heads_side_by_side_share_one_scale(vit):
     result = load_npz(vit)
-    sel = vm.Selection(mode="head", layer=1, head=0, heads=(3, 0, 1), query=0, scale="shared")
+    sel = vm.Selection(mode="head", layer=1, head=0, heads=(3, 0, 1), query=0, image_scale="shared")
     ho = vm.heads_overlay(result, sel)
     assert [ov.title.split(" · ")[2] for ov in ho.overlays] == ["head 0", "head 1", "head 3"]
     assert ho.captions == ["head 0", "head 1", "head 3"]
     assert "layer 1 · heads 0, 1, 3 · query" in ho.title
     assert len({ov.vmax for ov in ho.overlays}) == 1
     with pytest.raises(vm.ViewError, match="stretched scale .* give --scale shared") as e:
-        vm.heads_overlay(result, sel.with_(scale="map"))
+        vm.heads_overlay(result, sel.with_(image_scale="map"))
     assert e.value.param == "scale"
 
 
@@ -124,10 +126,10 @@ def test_the_figure_draws_the_scale_asked_and_its_recipe_redraws_it(tmp_path, vi
     again = tmp_path / "again.png"
     assert main(["figure", "--recipe", f"{out}.recipe.json", "--out", str(again)]) == 0
     assert again.read_bytes() == out.read_bytes()
-    # a new figure without --scale: the window's default (fixed), recorded
+    # a new figure without --scale: the window's default over an image (stretched), recorded
     plain = tmp_path / "plain.png"
     assert main([*args, "--head", "1", "--out", str(plain)]) == 0
-    assert load_recipe(f"{plain}.recipe.json")["view"]["image_scale"] == vm.DEFAULT_SCALE
+    assert load_recipe(f"{plain}.recipe.json")["view"]["image_scale"] == vm.IMAGE_DEFAULT_SCALE
     # a recipe written before the choice (no image_scale; its scale and log were not read): the stretched figure
     old = json.loads(Path(f"{plain}.recipe.json").read_text())
     del old["view"]["image_scale"]
@@ -137,7 +139,9 @@ def test_the_figure_draws_the_scale_asked_and_its_recipe_redraws_it(tmp_path, vi
     redrawn, stretched = tmp_path / "redrawn.png", tmp_path / "stretched.png"
     assert main(["figure", "--recipe", str(old_recipe), "--out", str(redrawn)]) == 0
     assert main([*args, "--head", "1", "--scale", "map", "--out", str(stretched)]) == 0
-    assert redrawn.read_bytes() == stretched.read_bytes() != plain.read_bytes()
+    fixed = tmp_path / "fixed.png"
+    assert main([*args, "--head", "1", "--scale", "fixed", "--out", str(fixed)]) == 0
+    assert redrawn.read_bytes() == stretched.read_bytes() != fixed.read_bytes()
 
 
 def test_several_heads_on_the_stretched_scale_is_one_line(tmp_path, vit, capsys):
@@ -158,9 +162,9 @@ def test_a_nan_weight_is_no_top_of_the_shared_scale():
     r.maps[0].array()[0, 0, 0, 1] = np.nan
     grid = r.patch_grid
     by_hand = max(float(np.nanmax(m.array()[0, h, 0, grid.offset : grid.end])) for m in r.maps for h in range(2))
-    ov = vm.overlay_view(r, vm.Selection(mode="head", layer=1, head=0, query=0, scale="shared"))
+    ov = vm.overlay_view(r, vm.Selection(mode="head", layer=1, head=0, query=0, image_scale="shared"))
     assert ov.vmax == pytest.approx(by_hand, rel=1e-6) and not np.isnan(ov.heat).any()
     r = vision_result()  # (a result's maps are read once for its shared tops: a new one)
     for m in r.maps:
         m.array()[:] = np.nan
-    assert vm.overlay_view(r, vm.Selection(mode="head", layer=1, head=0, query=0, scale="shared")).vmax == 1e-6
+    assert vm.overlay_view(r, vm.Selection(mode="head", layer=1, head=0, query=0, image_scale="shared")).vmax == 1e-6

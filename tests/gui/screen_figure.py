@@ -18,8 +18,8 @@ SETTINGS = [
     ("head+step", dict(mode="head", layer=0, head=1, step=1)),
     ("hide+keep+log+step", dict(mode="head", layer=1, head=0, hide_special=True, keep=0.8, log=True, step=0)),
     # the colour scale (fixed 0–1 is the default of the grid): the block's heads, or stretched to the map
-    ("shared+hide", dict(mode="head", layer=1, head=1, scale="shared", hide_special=True)),
-    ("map+log", dict(mode="mean", layer_lo=0, layer_hi=1, scale="map", log=True)),
+    ("shared+hide", dict(mode="head", layer=1, head=1, scale="shared", image_scale="shared", hide_special=True)),
+    ("map+log", dict(mode="mean", layer_lo=0, layer_hi=1, scale="map", image_scale="map", log=True)),
 ]
 VIEWS = ("overview", "head", "links", "alignment", "image")
 
@@ -161,7 +161,7 @@ def check_image(w, fig):
         np.testing.assert_allclose([np.log10(fig_lo), np.log10(fig_hi)], [lo, hi], rtol=1e-6, atol=1e-9)
     else:
         np.testing.assert_allclose([fig_lo, fig_hi], [lo, hi], rtol=1e-6)
-    if sel.scale == "fixed":
+    if sel.image_scale == "fixed":
         assert hi == (0.0 if sel.log else 1.0)
     assert cax.get_ylabel().replace("\n", " ") == v.colorbar.axis.labelText
     assert [unescape(t.get_text()) for t in cax.get_yticklabels() if t.get_text()] == [
@@ -222,7 +222,16 @@ def check_grid(w, result, settings=None) -> int:
         for _name, changes in settings or SETTINGS:
             if changes.get("step", -1) >= 0 and not result.generated:
                 continue
-            base = dict(layer_lo=0, layer_hi=-1, step=-1, keep=1.0, log=False, hide_special=False, scale="fixed")
+            base = dict(
+                layer_lo=0,
+                layer_hi=-1,
+                step=-1,
+                keep=1.0,
+                log=False,
+                hide_special=False,
+                scale="fixed",
+                image_scale="fixed",
+            )
             w.session.select(block=bi, **{**base, **changes})
             for view in views:
                 w.select_view(view)

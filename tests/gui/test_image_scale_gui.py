@@ -51,7 +51,7 @@ def test_the_scale_boxes_drive_the_image_colour_bar(qtbot, real_window):
         s.select(head=head)
         for scale in ("fixed", "shared", "map"):
             for log in (False, True):
-                s.select(scale=scale, log=log)
+                s.select(image_scale=scale, log=log)
                 w.controls.sync()
                 assert w.controls.scale.currentData() == scale and w.controls.log.isChecked() == log
                 lo, hi = _bar(v)
@@ -86,8 +86,32 @@ def test_the_strip_keeps_each_word_on_its_own_stretch(qtbot, real_window):
     def icons():
         return [b.icon().pixmap(64, 64).toImage() for b in v.strip]
 
-    w.session.select(scale="map")
+    w.session.select(image_scale="map")
     stretched, big = icons(), v.overlay_item.image.copy()
-    w.session.select(scale="fixed", log=True)
+    w.session.select(image_scale="fixed", log=True)
     assert len(stretched) >= 4 and icons() == stretched
     assert not np.array_equal(v.overlay_item.image, big)
+
+
+def test_image_regions_keeps_a_scale_of_its_own_stretched_by_default(qtbot, real_window):
+    """Over an image the default is each map stretched to its own peak (a caption word's weights over 64 patches top
+    out near 0.17: on 0–1 the picture is nearly black), while the token maps stay on fixed 0–1: the box shows the
+    shown tab's own choice, and a choice made on one tab leaves the other's as it was."""
+    w = real_window
+    open_and_wait(qtbot, w, CAPTIONER)
+    w.select_view("heatmap")
+    assert w.controls.scale.currentData() == "fixed" == w.session.sel.scale
+    w.select_view("image")
+    v = w.image_regions
+    assert w.controls.scale.currentData() == "map" == w.session.sel.image_scale
+    # the bar's top is the drawn map's own peak: below 1, above the smoothed map's mean
+    lo, hi = _bar(v)
+    assert lo == 0.0 and float(v.patch_map.mean()) < hi < 1.0 and "stretched to this map" in v.info.text()
+    w.controls.scale.setCurrentIndex(w.controls.scale.findData("shared"))
+    assert (w.session.sel.image_scale, w.session.sel.scale) == ("shared", "fixed")
+    w.select_view("heatmap")
+    assert w.controls.scale.currentData() == "fixed"
+    w.controls.scale.setCurrentIndex(w.controls.scale.findData("map"))
+    assert (w.session.sel.image_scale, w.session.sel.scale) == ("shared", "map")
+    w.select_view("image")
+    assert w.controls.scale.currentData() == "shared"

@@ -27,13 +27,13 @@ def test_the_boxes_are_live_exactly_where_they_move_the_picture(qtbot, window, f
     for i in range(w.tabs.count()):
         view = w.tabs.widget(i)
         w.tabs.setCurrentIndex(i)
-        base = _pixels(qtbot, w, view, scale="fixed", log=False)
-        moved = _pixels(qtbot, w, view, scale="map", log=True)
+        base = _pixels(qtbot, w, view, **{view.scale_field: "fixed"}, log=False)
+        moved = _pixels(qtbot, w, view, **{view.scale_field: "map"}, log=True)
         changed = base.shape != moved.shape or not np.array_equal(base, moved)
         enabled = w.controls.scale.isEnabled() and w.controls.log.isEnabled()
         live[w.tabs.tabText(i)] = (enabled, changed)
         if not enabled:
             assert w.controls.scale.toolTip() == view.scale_note and w.controls.log.toolTip() == view.scale_note
-        _pixels(qtbot, w, view, scale="fixed", log=False)
+        _pixels(qtbot, w, view, **{view.scale_field: "fixed"}, log=False)
     assert all(enabled == changed for enabled, changed in live.values()), live
     assert any(e for e, _ in live.values()) and not all(e for e, _ in live.values()), live  # both kinds seen

@@ -148,6 +148,7 @@ from attnviz.core.view.overview import (
 from attnviz.core.view.palette import (
     DEFAULT_SCALE,
     HEAD_COLOURS,
+    IMAGE_DEFAULT_SCALE,
     LOG_DECADES,
     MAP_CMAP,
     OFF_CROSS,
@@ -220,6 +221,7 @@ __all__ = [
     "DEFAULT_IMAGE_FROM",
     "DEFAULT_GENERATE",
     "DEFAULT_SCALE",
+    "IMAGE_DEFAULT_SCALE",
     "DIFF_CMAP",
     "DIFF_COLOURS",
     "DIFF_FLOOR",

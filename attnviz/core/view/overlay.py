@@ -233,7 +233,9 @@ def overlay_view(
     drawn = _drawn_top(patch) if whole is None else max(_drawn_top(patch), _drawn_top(whole.to_image(vec)))
     # (the shared top, per block, batch row, image, attention over it and query: the rows every head gives)
     key = (bi, d.sel.batch, sel.picture, sel.image_from, query)
-    hs = heat_scale(sel.scale, sel.log, drawn, lambda: kept_top(original, key, lambda: _shared_top(d, query, whole)))
+    hs = heat_scale(
+        sel.image_scale, sel.log, drawn, lambda: kept_top(original, key, lambda: _shared_top(d, query, whole))
+    )
     glob = None
     if whole is not None:
         gpatch = whole.to_image(vec)

@@ -24,3 +24,7 @@ SCALES = {
 # the default cannot mislead: on 0–1 near-uniform attention (0.1 everywhere in a random-init BERT) looks faint, as
 # it is; a stretched scale would paint it as bright as a head that puts all its weight on one token
 DEFAULT_SCALE = "fixed"
+# over an image the default is each map stretched to its own peak, as attention overlays are drawn in the papers
+# ("Show, Attend and Tell", vit-explain): a caption word's 0.17 over 64 patches is nearly black on 0–1, so where it
+# looks would not show at all; the colour bar states the stretch's numbers, and shared / fixed are one click away
+IMAGE_DEFAULT_SCALE = "map"

@@ -18,7 +18,7 @@ from attnviz import AttnvizError
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
 from attnviz.core.frames import FramesMap, frames_of
-from attnviz.core.view.palette import DEFAULT_SCALE
+from attnviz.core.view.palette import DEFAULT_SCALE, IMAGE_DEFAULT_SCALE
 
 
 class ViewError(AttnvizError, ValueError):
@@ -56,6 +56,7 @@ class Selection:
     image_base: str = "grey"  # image regions: what lies under the heat, one of IMAGE_BASES
     heads: tuple[int, ...] = ()  # token links: heads overlaid in head mode; () = the focused head (link_heads)
     scale: str = DEFAULT_SCALE  # the colour scale's top, one of SCALES
+    image_scale: str = IMAGE_DEFAULT_SCALE  # image regions' own (its default differs: palette.IMAGE_DEFAULT_SCALE)
     picture: int = 0  # image regions: which of one prompt's several images is drawn (0-based; 0 for one image)
     # image regions: whose attention lies over the picture, the words' or the vision tower's own (IMAGE_FROM)
     image_from: str = "words"

@@ -54,7 +54,7 @@ def panel_selection(sel: Selection) -> Selection:
     """An image strip's panel: the word's overlay stretched to its own peak, linear, whatever scale Image regions is
     on, as in Xu et al. (2015): the strip asks where each word looks, not how much (and every strip figure was drawn
     so, its recipe included)."""
-    return sel.with_(scale="map", log=False)
+    return sel.with_(image_scale="map", log=False)
 
 
 def over_image(result: AttentionResult, blk: Block) -> bool:

@@ -35,6 +35,9 @@ class View(QWidget):
     # None: the view draws on the colour-scale box's and the log box's choice; else why it does not (the window
     # greys both boxes while the view is shown, with this as their tooltip: a box that moves nothing misleads)
     scale_note: str | None = None
+    # the selection field the colour-scale box sets while the view is shown: Image regions keeps its own
+    # (Selection.image_scale: stretched by default, where the token maps' default is fixed 0–1)
+    scale_field = "scale"
 
     def __init__(self, session, parent=None):
         super().__init__(parent)

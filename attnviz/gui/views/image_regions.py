@@ -84,7 +84,9 @@ NO_PICTURE = (
 class ImageRegionsView(View):
     title = tab_title("image")
     # the colour-scale and log boxes apply (the view model's heat_scale): fixed 0–1, shared by the block's heads (a
-    # query's row in every head: heads compare), or stretched to the map's own peak; the info line says which
+    # query's row in every head: heads compare), or stretched to the map's own peak (the default here); the info
+    # line says which.  Its choice is its own (Selection.image_scale): the box shows it while this tab is up
+    scale_field = "image_scale"
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)

@@ -102,12 +102,13 @@ class Controls(QWidget):
         self.layer_hi.valueChanged.connect(lambda v: self._set(layer_hi=v))
         self.keep.valueChanged.connect(lambda v: self._set(keep=v / 100.0))
         self.log.toggled.connect(lambda on: self._set(log=on))
-        self.scale.currentIndexChanged.connect(lambda i: self._set(scale=self.scale.itemData(i)))
+        self.scale.currentIndexChanged.connect(lambda i: self._set(**{self.scale_field: self.scale.itemData(i)}))
         self.hide_special.toggled.connect(lambda on: self._set(hide_special=on))
         self.step.valueChanged.connect(self._on_step)
         session.result_changed.connect(self.rebuild)
         session.selection_changed.connect(self.sync)
         self._syncing = False
+        self.scale_field = "scale"  # the field the colour-scale box sets (set_scale_field: a view's own)
         self.rebuild()
 
     def _set(self, **changes) -> None:
@@ -137,6 +138,13 @@ class Controls(QWidget):
         finally:
             self._syncing = False
         self.sync()
+
+    def set_scale_field(self, field: str) -> None:
+        """The selection field the colour-scale box shows and sets: ``scale``, or a view's own (views.base.View
+        .scale_field: Image regions' ``image_scale``, stretched by default)."""
+        if field != self.scale_field:
+            self.scale_field = field
+            self.sync()
 
     def set_scale_note(self, note: str | None) -> None:
         """The view shown draws on its own scale (``note`` says how: views.base.View.scale_note): the colour-scale
@@ -172,7 +180,7 @@ class Controls(QWidget):
             self.layer_hi.setValue(blk.n_layers - 1 if sel.layer_hi < 0 else sel.layer_hi)
             self.keep.setValue(round(sel.keep * 100))
             self.log.setChecked(sel.log)
-            self.scale.setCurrentIndex(max(0, self.scale.findData(sel.scale)))
+            self.scale.setCurrentIndex(max(0, self.scale.findData(getattr(sel, self.scale_field))))
             self.hide_special.setChecked(sel.hide_special)
             g = n_steps(s.result, sel.batch)  # a beam's own length: the slider follows the beam shown
             self.step.setRange(0, max(0, g))
