@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from attnviz.core.notice import say
-from attnviz.core.view import IMAGE_BASES, IMAGE_FROM
+from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, SCALES
 from attnviz.runtime.commands.common import (
     MAX_TOKENS_HELP,
     DeprecatedAlias,
@@ -115,6 +115,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(patch to patch) or its attention-pooling head's (SigLIP's)",
     )
     p.add_argument(
+        "--scale",
+        choices=tuple(SCALES),
+        default=None,
+        help="colour scale, as `figure --scale` takes it: fixed 0-1 (the token maps' default), shared by the block's "
+        "heads, or map (stretched to each map: Image regions' default); the token maps' and Image regions' both",
+    )
+    p.add_argument(
+        "--log",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="logarithmic colour scale (the log box), as `figure --log`",
+    )
+    p.add_argument(
         "--picture",
         type=int,
         metavar="N",
@@ -160,9 +173,11 @@ def focus_from_args(args) -> dict:
 
     focus = {
         k: getattr(args, k)
-        for k in ("block", "layer", "head", "mode", "image_base", "image_from")
+        for k in ("block", "layer", "head", "mode", "image_base", "image_from", "log")
         if getattr(args, k) is not None
     }
+    if args.scale is not None:  # as figure's --scale: the image view's own box too
+        focus.update(scale=args.scale, image_scale=args.scale)
     if args.frame is not None:
         if args.frame < 1:
             raise AttnvizError(f"--frame {args.frame}: frames count from 1; give --frame N")

@@ -90,3 +90,27 @@ def test_open_block_that_is_not_there_is_named_with_the_blocks(qtbot, real_windo
     with pytest.raises(AttnvizError) as e:
         check_focus(real_window.session.result, focus_from_args(args), real_window.session.sel)
     assert "no block 'decoder nonsense'" in str(e.value) and "2 (decoder cross)" in str(e.value)
+
+
+def test_open_scale_and_log_set_both_boxes_as_figure_does(qtbot, real_window):
+    """`open --scale shared --log` (scale26 left the window's colour scale to the boxes alone): the token maps' and
+    Image regions' scales both, as `figure --scale` sets either view's; the image's colour bar then spans the
+    shared top, [CLS]'s largest weight over the patches in any head of the block, by hand."""
+    from attnviz.gui.command import focus_from_args
+
+    args = build_parser().parse_args(["open", str(VIT), "--view", "image", "--scale", "shared", "--log"])
+    open_and_wait(qtbot, real_window, VIT)
+    real_window.select_view("image")
+    real_window.session.select(**focus_from_args(args))
+    sel = real_window.session.sel
+    assert (sel.scale, sel.image_scale, sel.log) == ("shared", "shared", True)
+    assert real_window.controls.scale.currentData() == "shared" and real_window.controls.log.isChecked()
+    v = real_window.image_regions
+    bi, grid = v.source()[0], v.source()[1]
+    blk = real_window.session.blocks[bi]
+    top = max(
+        float(blk.head(layer, h)[0, grid.offset : grid.end].max())
+        for layer in range(blk.n_layers)
+        for h in range(blk.heads_in(layer))
+    )
+    assert float(v.colorbar.levels()[1]) == pytest.approx(np.log10(top), rel=1e-5)
