@@ -120,6 +120,14 @@ class Trainer:
                 f"val_min_bleu needs a validation split (--set validation=N) and a task that translates; "
                 f"{task.name} with validation={tcfg.validation} has not"
             )
+        if tcfg.validation and not task.val_key:  # its make_split("validation") was the test split, or a KeyError
+            from attnviz.training.tasks import TASKS
+
+            carving = ", ".join(t.name for t in TASKS.values() if t.val_key)
+            raise AttnvizError(
+                f"validation={tcfg.validation}: {task.name} has no validation split to select a step on (only "
+                f"{carving} carve one out of their training data); leave validation at 0"
+            )
         task.val_bleu = tcfg.val_min_bleu > 0
         # the data first: a configuration too small for it is refused before the run folder is touched
         self.train_data = task.make_split("train", mcfg, tcfg)

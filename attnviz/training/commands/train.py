@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.core.notice import say
+from attnviz.training.config import DEVICES  # (no torch: config.py is plain dataclasses)
 
 HELP = "train a small transformer on a built-in task and export it, self-described, to DIR/model.onnx"
 
@@ -40,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (default: the preset's)")
     p.add_argument("--seed", type=int, default=None, help="seed for parameters, batches and dropout (default 0)")
     p.add_argument(
-        "--device", default=None, choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)"
+        "--device", default=None, choices=DEVICES, help="default: auto (CUDA when available)"
     )
     p.add_argument(
         "--restart",
@@ -96,6 +97,31 @@ def _checked(name: str, raw: str, value: Any, annotation: str) -> Any:
     return float(raw) if annotation == "float" else value
 
 
+# config fields a run records but --set does not take, each with what sets it: `--set task=forecasting` on a
+# sequence-classification run trained that task and stored "forecasting" in its config.json
+_SET_ELSEWHERE = {
+    "task": "the TASK argument",
+    "preset": "--preset",
+    "epochs": "--epochs N",
+    "average_of": "'attnviz average'",
+}
+# model fields the task's data and loss are made for (`--set head=lm` on a classifier, `input_kind=series` on a
+# token task): another value failed inside torch on the first batch as an internal error
+_TASK_FIXED = ("arch", "head", "input_kind")
+
+
+def _settable(task: str, name: str, raw: str, cfg, value: Any) -> None:
+    from attnviz import AttnvizError
+
+    if name in _SET_ELSEWHERE:
+        raise AttnvizError(f"--set {name}: {name} is set by {_SET_ELSEWHERE[name]}, not --set")
+    if name in _TASK_FIXED and value != getattr(cfg, name):
+        raise AttnvizError(
+            f"--set {name}={raw}: {task}'s data and loss are made for {name} {getattr(cfg, name)!r}; "
+            f"leave {name} to the task (attnviz train --help lists the tasks)"
+        )
+
+
 def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
     """``--set FIELD=VALUE`` onto the model or training config (the field name says which), re-validated."""
     from dataclasses import fields
@@ -114,7 +140,9 @@ def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
         for cfg in (mcfg, tcfg):
             annotations = {f.name: str(f.type) for f in fields(cfg)}
             if name in annotations:
-                setattr(cfg, name, _checked(name, raw, value, annotations[name]))
+                value = _checked(name, raw, value, annotations[name])
+                _settable(tcfg.task, name, raw, cfg, value)
+                setattr(cfg, name, value)
                 break
         else:
             raise AttnvizError(f"--set {name}: no such model or training config field")

@@ -1,0 +1,73 @@
+"""A new researcher's first hour with `attnviz train` (session 26's audit): each of these was an internal error
+(exit 1), a silent wrong result, or advice that could not work."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from attnviz import AttnvizError
+from attnviz.cli import main
+from attnviz.training.loop import Trainer
+from attnviz.training.tasks import TASKS, get_task
+
+TRAIN = ["train", "sequence-classification", "--preset", "tiny", "--steps", "3"]
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("attnviz: error: "), err
+    return err[0].removeprefix("attnviz: error: ")
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        # torch.device("gpu"): "RuntimeError: Expected one of cpu, cuda, ..." as an internal error
+        ("device=gpu", "train config: device='gpu' is not one of auto, cpu, cuda"),
+        # every training example held out: translation's encode() took max() of nothing
+        ("validation=1", "train config: validation=1 would hold out every training example"),
+        # recorded in config.json as the run's task while another task trained
+        ("task=forecasting", "--set task: task is set by the TASK argument, not --set"),
+        ("preset=foo", "--set preset: preset is set by --preset, not --set"),
+        ("epochs=2", "--set epochs: epochs is set by --epochs N, not --set"),
+        # a classifier's labels against per-position logits: "Expected input batch_size (384) to match target ..."
+        ("head=lm", "--set head=lm: sequence-classification's data and loss are made for head 'classify'"),
+        # token ids fed as a series: KeyError: 'series'
+        ("input_kind=series", "--set input_kind=series: sequence-classification's data and loss are made for"),
+    ],
+)
+def test_a_set_value_the_run_cannot_take_is_one_line_before_the_folder(tmp_path, capsys, bad, words):
+    out = tmp_path / "r"
+    assert main([*TRAIN, "--out", str(out), "--set", bad]) == 2
+    assert _one_error_line(capsys).startswith(words)
+    assert not out.exists()
+
+
+def test_a_task_field_set_to_the_tasks_own_value_is_taken(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main([*TRAIN, "--out", str(out), "--quiet", "--set", "head=classify", "--set", "device=cpu"]) == 0
+    stored = json.loads((out / "config.json").read_text())
+    assert stored["train"]["task"] == "sequence-classification" and stored["model"]["head"] == "classify"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, t in TASKS.items() if not t.val_key))
+def test_validation_on_a_task_without_a_validation_split_is_refused(name):
+    """sequence-classification's make_split("validation") returned its *test* split, so `--set validation=20`
+    selected steps on the held-out data the README says it never looks at; the others raised KeyError."""
+    task = get_task(name)
+    mcfg, tcfg = task.configs("tiny")
+    tcfg.validation, tcfg.eval_every = 20, 5
+    with pytest.raises(AttnvizError, match=f"validation=20: {name} has no validation split") as e:
+        Trainer(task, mcfg, tcfg)
+    assert "translation-synthetic" in str(e.value)  # names the tasks that have one
+
+
+def test_the_tasks_with_a_validation_split_still_take_one():
+    task = get_task("translation-synthetic")
+    mcfg, tcfg = task.configs("tiny")
+    tcfg.validation = 20
+    tr = Trainer(task, mcfg, tcfg)
+    train_n, val_n = (len(d["input_ids"]) for d in (tr.train_data, tr.val_data))
+    assert val_n > 0 and train_n > 0
