@@ -280,7 +280,13 @@ class Trainer:
                     logits = self.model(**{k: batch[k] for k in names})
                     loss = self.task.loss(logits, batch)
                 if not torch.isfinite(loss):
-                    raise AttnvizError(f"training diverged at step {s} (loss {loss.item()}); lower the learning rate")
+                    # batches and dropout are seeded per step: resuming would diverge at this step again, so the
+                    # line says what changes it (and that such a change needs --restart), not "rerun to resume"
+                    raise AttnvizError(
+                        f"training diverged at step {s} (loss {loss.item()}); lower the learning rate "
+                        f"(--set lr=..., now {tc.lr:g}) and start over with --restart: resuming the same command "
+                        f"would diverge at the same step again"
+                    )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if tc.grad_clip:

@@ -40,9 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--epochs", type=int, metavar="N", help="train N passes over the training set (sets --steps)")
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (default: the preset's)")
     p.add_argument("--seed", type=int, default=None, help="seed for parameters, batches and dropout (default 0)")
-    p.add_argument(
-        "--device", default=None, choices=DEVICES, help="default: auto (CUDA when available)"
-    )
+    p.add_argument("--device", default=None, choices=DEVICES, help="default: auto (CUDA when available)")
     p.add_argument(
         "--restart",
         "--overwrite",
