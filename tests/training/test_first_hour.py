@@ -87,3 +87,34 @@ def test_a_diverged_run_says_to_lower_the_rate_and_restart_not_to_resume(tmp_pat
     assert _one_error_line(capsys) == first
     assert main([*argv, "--set", "lr=1e-3", "--restart"]) == 0  # what the line says now
     assert json.loads(capsys.readouterr().out)["steps"] == 4
+
+
+def test_eval_on_cuda_where_onnxruntime_has_none_is_one_line_not_cpu_numbers(tmp_path, capsys):
+    """`eval --provider cuda` on a CPU onnxruntime printed onnxruntime's UserWarning and then the CPU's metrics as
+    if they came from the GPU (exit 0).  Now the viewer's session rules: one line, exit 2; the output names the
+    provider that ran."""
+    import onnxruntime as ort
+
+    out = tmp_path / "r"
+    assert main([*TRAIN, "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(out / "model.onnx")]) == 0
+    assert json.loads(capsys.readouterr().out)["provider"] == "CPUExecutionProvider"
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has a CUDA provider")
+    assert main(["eval", str(out / "model.onnx"), "--provider", "cuda"]) == 2
+    assert _one_error_line(capsys).startswith("CUDA was requested but this onnxruntime has no CUDA provider")
+
+
+def test_average_without_out_of_a_run_without_validation_is_refused(tmp_path, capsys):
+    """It averaged the snapshots, measured nothing (no validation split) and printed the file list, exit 0."""
+    run = tmp_path / "r"
+    argv = [*TRAIN[:-1], "4", "--out", str(run), "--quiet", "--set", "snapshot_every=2"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    snaps = sorted(str(p) for p in (run / "snapshots").iterdir())
+    assert len(snaps) == 2
+    assert main(["average", str(run), "--weights", *snaps]) == 2
+    assert "pass --out DIR to export it and measure it on the test split" in _one_error_line(capsys)
+    assert main(["average", str(run), "--weights", *snaps, "--out", str(tmp_path / "avg")]) == 0
+    assert "accuracy" in json.loads(capsys.readouterr().out)["metrics"]

@@ -41,6 +41,7 @@ def run(args) -> int:
         "model": args.model,
         "task": name,
         "split": "test",
+        "provider": runner.provider,
         "metrics": metrics,
         "seconds": round(time.perf_counter() - t0, 2),
     }
