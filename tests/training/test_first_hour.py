@@ -118,3 +118,19 @@ def test_average_without_out_of_a_run_without_validation_is_refused(tmp_path, ca
     assert "pass --out DIR to export it and measure it on the test split" in _one_error_line(capsys)
     assert main(["average", str(run), "--weights", *snaps, "--out", str(tmp_path / "avg")]) == 0
     assert "accuracy" in json.loads(capsys.readouterr().out)["metrics"]
+
+
+def test_the_progress_line_counts_a_resumed_runs_rate_from_where_it_took_up():
+    """Resumed at step 100 of 3000, 100 more steps in 10 s: 10 steps/s, 2800 steps (4:40) to go.  The ETA was
+    elapsed / fraction done (10 / (200/3000) - 10 = 140 s), as if the first 100 steps had taken no time."""
+    from types import SimpleNamespace
+
+    from attnviz.training.commands.train import _bar
+
+    ev = SimpleNamespace(step=200, total=3000, loss=0.25, elapsed=10.0)
+    line = _bar(ev, start=100).strip()
+    assert line.endswith("200/3000 loss 0.2500   10.0 steps/s elapsed 0:10 eta 4:40"), line
+    slow = SimpleNamespace(step=4, total=9004, loss=1.0, elapsed=10.0)  # 2.5 s a step: 9000 steps, 6:15:00
+    assert _bar(slow).strip().endswith("2.5 s/step elapsed 0:10 eta 6:15:00"), _bar(slow)
+    first = SimpleNamespace(step=100, total=3000, loss=1.0, elapsed=0.0)  # resumed, nothing timed yet
+    assert _bar(first, start=100).strip().endswith("? steps/s elapsed 0:00 eta ?")

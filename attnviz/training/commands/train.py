@@ -60,13 +60,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _bar(ev, width: int = 28) -> str:
+def _clock(seconds: float) -> str:
+    """0:07, 12:34, 1:02:03 (a demo run's "eta 9180s" had to be divided by hand)."""
+    h, rest = divmod(int(round(seconds)), 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def _bar(ev, start: int = 0, width: int = 28) -> str:
+    """One progress line: steps, loss, rate, elapsed and ETA.  ``start``: the step this process began at.  The ETA
+    was elapsed / fraction done, which counts a resumed run's earlier steps as done in this process's seconds: resumed
+    at step 100 of 3000, it said 2:20 left at step 200 where 4:40 were (100 steps took 10 s, 2800 to go)."""
     frac = ev.step / max(1, ev.total)
     filled = int(frac * width)
-    eta = ev.elapsed / max(frac, 1e-9) - ev.elapsed if frac > 0 else 0.0
+    done = ev.step - start
+    rate = done / ev.elapsed if ev.elapsed > 0 and done > 0 else 0.0
+    speed = f"{rate:6.1f} steps/s" if rate >= 1 else f"{1 / rate:6.1f} s/step" if rate else "   ? steps/s"
+    eta = _clock((ev.total - ev.step) / rate) if rate else "?"
     return (
-        f"\r[{'#' * filled}{'.' * (width - filled)}] {ev.step}/{ev.total} loss {ev.loss:.4f} "
-        f"{ev.elapsed:5.0f}s eta {eta:4.0f}s"
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {ev.step}/{ev.total} loss {ev.loss:.4f} {speed} "
+        f"elapsed {_clock(ev.elapsed)} eta {eta} "
     )
 
 
@@ -206,6 +219,7 @@ def _run(args) -> int:
         file=sys.stderr,
     )
     t0 = time.perf_counter()
+    start = trainer.step  # where a resumed run took up: the rate and ETA count this process's steps only
     events = trainer.events()
     last = None
     try:
@@ -220,9 +234,9 @@ def _run(args) -> int:
                 what = "validation" if "validation" in held else "held-out"
                 print(("\n" if tty else "") + f"step {ev.step}: {what} {json.dumps(held)}", file=sys.stderr)
             elif tty:
-                print(_bar(ev), end="", file=sys.stderr, flush=True)
+                print(_bar(ev, start), end="", file=sys.stderr, flush=True)
             elif not args.quiet and (ev.step % max(1, tcfg.steps // 20) < tcfg.log_every or ev.step == ev.total):
-                print(_bar(ev).strip(), file=sys.stderr)
+                print(_bar(ev, start).strip(), file=sys.stderr)
     except KeyboardInterrupt as e:  # told as the stop it was (exit 130, or 143 for a SIGTERM), with how to go on
         events.close()
         raise type(e)(
