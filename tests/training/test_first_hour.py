@@ -134,3 +134,21 @@ def test_the_progress_line_counts_a_resumed_runs_rate_from_where_it_took_up():
     assert _bar(slow).strip().endswith("2.5 s/step elapsed 0:10 eta 6:15:00"), _bar(slow)
     first = SimpleNamespace(step=100, total=3000, loss=1.0, elapsed=0.0)  # resumed, nothing timed yet
     assert _bar(first, start=100).strip().endswith("? steps/s elapsed 0:00 eta ?")
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("Translation", "translation"),
+        ("seq", "sequence-classification"),
+        ("captionning", "captioning"),
+        ("translation_synthetic", "translation-synthetic"),
+        ("toy", None),
+        ("nope", None),
+    ],
+)
+def test_an_unknown_task_names_the_one_it_most_likely_meant(tmp_path, capsys, typed, meant):
+    assert main(["train", typed, "--out", str(tmp_path / "r")]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith(f"unknown task {typed!r}; ") and "choose one of: sequence-classification" in line
+    assert (f"did you mean {meant}? " in line) if meant else ("did you mean" not in line)  # toy: two toy tasks
