@@ -152,3 +152,21 @@ def test_an_unknown_task_names_the_one_it_most_likely_meant(tmp_path, capsys, ty
     line = _one_error_line(capsys)
     assert line.startswith(f"unknown task {typed!r}; ") and "choose one of: sequence-classification" in line
     assert (f"did you mean {meant}? " in line) if meant else ("did you mean" not in line)  # toy: two toy tasks
+
+
+def test_the_run_ends_saying_where_the_model_went_in_short_lines(tmp_path, capsys):
+    """The held-out line printed translation's whole metrics dict (per-head AER tables, example translations):
+    one stderr line of ~3,000 characters; and nothing but the JSON's "model" field said where the file went."""
+    out = tmp_path / "r"
+    argv = ["train", "translation-synthetic", "--preset", "tiny", "--steps", "3", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    metrics = json.loads(captured.out)["metrics"]
+    err = captured.err.strip().splitlines()
+    held = next(ln for ln in err if ln.startswith("trained in "))
+    shown = held.split("held-out (PyTorch): ")[1].split(", ")
+    numbers = [k for k, v in metrics.items() if isinstance(v, int | float)]  # the ONNX file's, the same keys
+    assert [item.split(" ")[0] for item in shown] == numbers and "bleu" in numbers and "aer_best_head" in numbers
+    assert len(held) < 200 and "{" not in held
+    model = out / "model.onnx"
+    assert err[-1] == f"wrote {model} and {out / 'metrics.json'}; open it with: attnviz open {model}"
