@@ -170,3 +170,19 @@ def test_the_run_ends_saying_where_the_model_went_in_short_lines(tmp_path, capsy
     assert len(held) < 200 and "{" not in held
     model = out / "model.onnx"
     assert err[-1] == f"wrote {model} and {out / 'metrics.json'}; open it with: attnviz open {model}"
+
+
+def test_epochs_count_the_training_split_as_built(tmp_path, capsys):
+    """--epochs computed steps from n_train; translation carves its validation split out of those examples (and
+    adds gloss pairs, and drops long verses), so `--epochs 1` trained a fraction of a pass.  Tiny
+    translation-synthetic: 512 sentences, every 4th held out for validation: 384 left, batches of 32: 12 steps."""
+    out = tmp_path / "r"
+    argv = ["train", "translation-synthetic", "--preset", "tiny", "--epochs", "1", "--out", str(out), "--quiet"]
+    assert main([*argv, "--set", "validation=4"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 12  # was 16 (512 / 32)
+    stored = json.loads((out / "config.json").read_text())["train"]
+    assert (stored["epochs"], stored["steps"], stored["warmup"]) == (1, 12, 1)  # warm-up at most a tenth of the run
+    assert (
+        main([*argv, "--set", "validation=4"]) == 2
+    )  # the same command again: a finished run (steps agree with the stored ones)
+    assert "already holds a finished run" in _one_error_line(capsys)

@@ -192,13 +192,14 @@ def _run(args) -> int:
     if args.epochs is not None:
         if args.epochs < 1:
             raise AttnvizError("--epochs must be at least 1")
-        tcfg.steps = steps_for_epochs(args.epochs, tcfg)
         tcfg.epochs = args.epochs
+        tcfg.steps = steps_for_epochs(args.epochs, tcfg)  # for now: the trainer counts the split it builds
     elif args.steps is not None:
         if args.steps < 1:
             raise AttnvizError("--steps must be at least 1")
         tcfg.steps = args.steps
-    tcfg.warmup = min(tcfg.warmup, max(1, tcfg.steps // 10))
+    if not tcfg.epochs:  # (with --epochs the trainer shortens the warm-up once it knows the steps)
+        tcfg.warmup = min(tcfg.warmup, max(1, tcfg.steps // 10))
     out = Path(args.out)
     from attnviz.core.writes import guard
 
