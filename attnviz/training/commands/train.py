@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--out",
         required=True,
         metavar="DIR",
-        help="run folder: model.onnx, checkpoint.safetensors, checkpoint.json, config.json, metrics.json",
+        help="run folder: model.onnx, checkpoint.safetensors, checkpoint.json, config.json, metrics.json (and "
+        "sample.png for an image task, snapshots/ with --set snapshot_every=N); an unfinished run there is resumed",
     )
     p.add_argument(
         "--preset",
