@@ -203,10 +203,17 @@ class Trainer:
         model_file = run / "model.onnx"
         if not model_file.is_file():
             raise AttnvizError(f"init_from {run}: no model.onnx there (a finished `attnviz train` run folder)")
-        _, mcfg, _, meta = read_config(model_file)
-        same = {**mcfg.to_dict(), "dropout": 0} == {**self.mcfg.to_dict(), "dropout": 0}
-        if not same:
-            raise AttnvizError(f"init_from {run}: that run's model configuration differs from this one")
+        name, mcfg, tcfg, meta = read_config(model_file)
+        theirs, ours = ({**m.to_dict(), "dropout": 0} for m in (mcfg, self.mcfg))
+        if name != self.task.name or theirs != ours:  # said only "differs", not in what nor what to do
+            said = [f"task {name}, now {self.task.name}"] if name != self.task.name else []
+            said += [f"{k} {theirs[k]!r}, now {ours.get(k)!r}" for k in sorted(theirs) if theirs[k] != ours.get(k)]
+            more = f"; and {len(said) - 3} more" if len(said) > 3 else ""
+            raise AttnvizError(
+                f"init_from {run}: that run's model differs from this one ({'; '.join(said[:3])}{more}); fine-tune "
+                f"it as it was trained (attnviz train {name} --preset {tcfg.preset}, and the model fields it set; see "
+                f"{run / ckpt.CONFIG}) or start from scratch"
+            )
         if hasattr(self.task, "restore"):  # the tokenizers the weights were trained with
             # into a copy of the task: the registry's instance is every later run's in this process
             self.task = copy.copy(self.task)

@@ -186,3 +186,16 @@ def test_epochs_count_the_training_split_as_built(tmp_path, capsys):
         main([*argv, "--set", "validation=4"]) == 2
     )  # the same command again: a finished run (steps agree with the stored ones)
     assert "already holds a finished run" in _one_error_line(capsys)
+
+
+def test_init_from_a_run_of_another_size_names_the_differences_and_how_it_was_trained(tmp_path, capsys):
+    """It said only "that run's model configuration differs from this one": not in what, nor what to type."""
+    base = tmp_path / "base"
+    assert main([*TRAIN, "--out", str(base), "--quiet"]) == 0  # the tiny preset: d_model 16
+    capsys.readouterr()
+    argv = ["train", "sequence-classification", "--steps", "2", "--out", str(tmp_path / "ft"), "--quiet"]
+    assert main([*argv, "--set", f"init_from={base}"]) == 2  # the demo preset: d_model 64
+    line = _one_error_line(capsys)
+    assert "(d_ff 32, now 128; d_model 16, now 64; n_dec_layers 1, now 2; and 2 more)" in line
+    assert f"attnviz train sequence-classification --preset tiny, and the model fields it set; see {base}" in line
+    assert main([*argv, "--preset", "tiny", "--set", f"init_from={base}"]) == 0  # as the line says
