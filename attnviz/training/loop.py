@@ -48,8 +48,25 @@ def pick_device(name: str):
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise AttnvizError("device 'cuda' requested but PyTorch sees no CUDA GPU; use --device cpu or auto")
+        why = cpu_build_beside_gpu() or "PyTorch sees no CUDA GPU"
+        raise AttnvizError(f"device 'cuda' requested but {why}; use --device cpu or auto")
     return torch.device(name)
+
+
+def cpu_build_beside_gpu() -> str:
+    """Why torch cannot use an NVIDIA GPU this machine has, when the reason is its CPU-only build (what the README's
+    install command gets, from PyTorch's CPU index): "sees no CUDA GPU" sent a researcher looking for a driver
+    problem.  "" otherwise."""
+    import torch
+
+    from attnviz.runtime.isolation import gpu_present
+
+    if torch.version.cuda is not None or not gpu_present():
+        return ""
+    return (
+        f"this PyTorch ({torch.__version__}) is a CPU-only build and cannot use this machine's GPU (install a CUDA "
+        "build of torch, pytorch.org)"
+    )
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:

@@ -199,3 +199,26 @@ def test_init_from_a_run_of_another_size_names_the_differences_and_how_it_was_tr
     assert "(d_ff 32, now 128; d_model 16, now 64; n_dec_layers 1, now 2; and 2 more)" in line
     assert f"attnviz train sequence-classification --preset tiny, and the model fields it set; see {base}" in line
     assert main([*argv, "--preset", "tiny", "--set", f"init_from={base}"]) == 0  # as the line says
+
+
+def test_a_cpu_build_of_torch_beside_a_gpu_is_named_as_the_reason(tmp_path, capsys, monkeypatch):
+    """The README installs torch from PyTorch's CPU index; on a machine with an NVIDIA GPU, --device cuda said
+    "PyTorch sees no CUDA GPU" (a driver hunt) and auto trained on the CPU without a word."""
+    import torch
+
+    from attnviz.runtime import isolation
+
+    if torch.version.cuda is not None:
+        pytest.skip("a CUDA build of torch")
+    monkeypatch.setattr(isolation, "gpu_present", lambda: True)  # the device nodes of a GPU machine
+    out = tmp_path / "r"
+    assert main([*TRAIN, "--out", str(out), "--quiet", "--device", "cuda"]) == 2
+    line = _one_error_line(capsys)
+    assert f"this PyTorch ({torch.__version__}) is a CPU-only build and cannot use this machine's GPU" in line
+    assert line.endswith("use --device cpu or auto") and not out.exists()
+    assert main([*TRAIN, "--out", str(out), "--quiet"]) == 0
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("attnviz: note: training on the CPU")]
+    assert len(notes) == 1 and "CPU-only build" in notes[0]
+    monkeypatch.setattr(isolation, "gpu_present", lambda: False)  # no GPU: nothing to say
+    assert main([*TRAIN, "--out", str(tmp_path / "r2"), "--quiet"]) == 0
+    assert "training on the CPU" not in capsys.readouterr().err

@@ -180,7 +180,7 @@ def _run(args) -> int:
     from attnviz.training import checkpoint as ckpt
     from attnviz.training.checkpoint import MODEL, atomic_write_json, check_run_folder
     from attnviz.training.export import export
-    from attnviz.training.loop import Trainer, steps_for_epochs
+    from attnviz.training.loop import Trainer, cpu_build_beside_gpu, steps_for_epochs
     from attnviz.training.tasks import get_task
 
     task = get_task(args.task)
@@ -210,6 +210,8 @@ def _run(args) -> int:
         check_run_folder(args.out, task.name)  # the trainer makes it once the configuration fits the task's data
     tty = sys.stderr.isatty() and not args.quiet
     trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart, exported=MODEL)
+    if trainer.device.type == "cpu" and tcfg.device == "auto" and (why := cpu_build_beside_gpu()):
+        say(f"training on the CPU: {why}")  # auto fell back without a word, at CPU speed
     if args.preset == "tiny":
         say(
             "--preset tiny is a smoke preset (a few seconds of training, for tests): expect chance-level "
