@@ -222,3 +222,22 @@ def test_a_cpu_build_of_torch_beside_a_gpu_is_named_as_the_reason(tmp_path, caps
     monkeypatch.setattr(isolation, "gpu_present", lambda: False)  # no GPU: nothing to say
     assert main([*TRAIN, "--out", str(tmp_path / "r2"), "--quiet"]) == 0
     assert "training on the CPU" not in capsys.readouterr().err
+
+
+def test_validation_2_and_3_carve_a_split_and_too_few_pairs_are_one_line(tmp_path, capsys):
+    """Every N-th training pair from offset 3: with N = 2 or 3 no index i has i % N == 3, so the validation split was
+    empty and translation's encode() failed on it (internal error); too few pairs for both splits did the same."""
+    from attnviz.training import data_translation as dt
+
+    pairs = dt.synthetic_pairs(12, seed=3)
+    for every, picked in ((2, [1, 3, 5, 7, 9, 11]), (3, [0, 3, 6, 9]), (4, [3, 7, 11])):  # 4: as before
+        fit, val = dt.carve_validation(pairs, every)
+        assert [p.id for p in val] == [pairs[i].id for i in picked]
+        assert len(fit) + len(val) == 12 and {p.id for p in fit}.isdisjoint({p.id for p in val})
+    argv = ["train", "translation-synthetic", "--preset", "tiny", "--steps", "2", "--quiet"]
+    assert main([*argv, "--out", str(tmp_path / "a"), "--set", "validation=2", "--set", "eval_every=1"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["validation"]["step"] in (1, 2)
+    out = tmp_path / "b"
+    assert main([*argv, "--out", str(out), "--set", "validation=2", "--set", "n_train=1"]) == 2
+    assert _one_error_line(capsys).startswith("validation=2: 1 training pairs leave 0 for validation and 1 to train on")
+    assert not out.exists()
