@@ -129,11 +129,12 @@ def test_the_progress_line_counts_a_resumed_runs_rate_from_where_it_took_up():
 
     ev = SimpleNamespace(step=200, total=3000, loss=0.25, elapsed=10.0)
     line = _bar(ev, start=100).strip()
-    assert line.endswith("200/3000 loss 0.2500   10.0 steps/s elapsed 0:10 eta 4:40"), line
+    assert line.endswith("200/3000 loss 0.2500   10.0 steps/s 0:10 eta 4:40"), line
     slow = SimpleNamespace(step=4, total=9004, loss=1.0, elapsed=10.0)  # 2.5 s a step: 9000 steps, 6:15:00
-    assert _bar(slow).strip().endswith("2.5 s/step elapsed 0:10 eta 6:15:00"), _bar(slow)
+    assert _bar(slow).strip().endswith("2.5 s/step 0:10 eta 6:15:00"), _bar(slow)
+    assert len(_bar(slow).strip()) < 80  # a line wider than the terminal wraps, and "\r" then redraws nothing
     first = SimpleNamespace(step=100, total=3000, loss=1.0, elapsed=0.0)  # resumed, nothing timed yet
-    assert _bar(first, start=100).strip().endswith("? steps/s elapsed 0:00 eta ?")
+    assert _bar(first, start=100).strip().endswith("? steps/s 0:00 eta ?")
 
 
 @pytest.mark.parametrize(

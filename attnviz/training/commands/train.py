@@ -68,7 +68,7 @@ def _clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def _bar(ev, start: int = 0, width: int = 28) -> str:
+def _bar(ev, start: int = 0, width: int = 20) -> str:
     """One progress line: steps, loss, rate, elapsed and ETA.  ``start``: the step this process began at.  The ETA
     was elapsed / fraction done, which counts a resumed run's earlier steps as done in this process's seconds: resumed
     at step 100 of 3000, it said 2:20 left at step 200 where 4:40 were (100 steps took 10 s, 2800 to go)."""
@@ -80,8 +80,15 @@ def _bar(ev, start: int = 0, width: int = 28) -> str:
     eta = _clock((ev.total - ev.step) / rate) if rate else "?"
     return (
         f"\r[{'#' * filled}{'.' * (width - filled)}] {ev.step}/{ev.total} loss {ev.loss:.4f} {speed} "
-        f"elapsed {_clock(ev.elapsed)} eta {eta} "
+        f"{_clock(ev.elapsed)} eta {eta} "
     )
+
+
+def _fitted(line: str) -> str:
+    """The bar cut to the terminal's width: a line that wraps is not redrawn by "\r" (each update a new row)."""
+    import shutil
+
+    return line[: max(20, shutil.get_terminal_size().columns - 1)]
 
 
 # what a --set value may be, by the field's annotation (the config modules use postponed annotations, so these
@@ -238,7 +245,7 @@ def _run(args) -> int:
                 what = "validation" if "validation" in held else "held-out"
                 print(("\n" if tty else "") + f"step {ev.step}: {what} {json.dumps(held)}", file=sys.stderr)
             elif tty:
-                print(_bar(ev, start), end="", file=sys.stderr, flush=True)
+                print(_fitted(_bar(ev, start)), end="", file=sys.stderr, flush=True)
             elif not args.quiet and (ev.step % max(1, tcfg.steps // 20) < tcfg.log_every or ev.step == ev.total):
                 print(_bar(ev, start).strip(), file=sys.stderr)
     except KeyboardInterrupt as e:  # told as the stop it was (exit 130, or 143 for a SIGTERM), with how to go on
