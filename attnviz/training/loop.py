@@ -187,14 +187,21 @@ class Trainer:
         if prev is not None:
             where = self.out / ckpt.STATE
             differ = _differences(prev, self.task.name, self.mcfg.to_dict(), _strip(self.tcfg.to_dict()))
+            # `--steps 2000` on a finished 1000-step run meant "train it longer": say how, not only how to overwrite
+            further = (
+                f", or train it further from its weights into a new folder (--set init_from={self.out} --out NEW)"
+                if prev.get("finished") and prev.get("task") == self.task.name
+                else ""
+            )
             if differ:
                 raise AttnvizError(
                     f"{self.out} holds a run with a different task or configuration ({where}: {differ}); "
-                    f"pass --restart to overwrite it or choose another --out"
+                    f"pass --restart to overwrite it or choose another --out{further}"
                 )
             if prev.get("finished") and (self.exported is None or (self.out / self.exported).exists()):
                 raise AttnvizError(
-                    f"{self.out} already holds a finished run; pass --restart to train again or choose another --out"
+                    f"{self.out} already holds a finished run; pass --restart to train again or choose another "
+                    f"--out{further}"
                 )
             self.step = int(prev["step"])
             ckpt.load_tensors(self.out, self.model, self.optimizer, self.step)

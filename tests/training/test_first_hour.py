@@ -242,3 +242,17 @@ def test_validation_2_and_3_carve_a_split_and_too_few_pairs_are_one_line(tmp_pat
     assert main([*argv, "--out", str(out), "--set", "validation=2", "--set", "n_train=1"]) == 2
     assert _one_error_line(capsys).startswith("validation=2: 1 training pairs leave 0 for validation and 1 to train on")
     assert not out.exists()
+
+
+def test_a_finished_run_asked_for_more_steps_says_how_to_train_it_further(tmp_path, capsys):
+    """`--steps 6` on a finished 3-step run offered only --restart (overwrite) or another --out (from scratch)."""
+    run = tmp_path / "r"
+    assert main([*TRAIN, "--out", str(run), "--quiet"]) == 0
+    capsys.readouterr()
+    longer = [*TRAIN[:-1], "6", "--quiet"]
+    assert main([*longer, "--out", str(run)]) == 2
+    line = _one_error_line(capsys)
+    assert "checkpoint.json: steps 3, now 6)" in line and line.endswith(f"(--set init_from={run} --out NEW)")
+    new = tmp_path / "new"
+    assert main([*longer, "--out", str(new), "--set", f"init_from={run}"]) == 0  # what it says works
+    assert json.loads(capsys.readouterr().out)["steps"] == 6
