@@ -256,3 +256,15 @@ def test_a_finished_run_asked_for_more_steps_says_how_to_train_it_further(tmp_pa
     new = tmp_path / "new"
     assert main([*longer, "--out", str(new), "--set", f"init_from={run}"]) == 0  # what it says works
     assert json.loads(capsys.readouterr().out)["steps"] == 6
+
+
+def test_eval_takes_the_run_folder_as_open_and_inspect_do(tmp_path, capsys):
+    run = tmp_path / "r"
+    assert main([*TRAIN, "--out", str(run), "--quiet"]) == 0
+    trained = json.loads(capsys.readouterr().out)["metrics"]
+    assert main(["eval", str(run)]) == 0  # it said "model r: is a folder; give a file"
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["model"] == str(run / "model.onnx") and ev["metrics"] == trained
+    (tmp_path / "empty").mkdir()
+    assert main(["eval", str(tmp_path / "empty")]) == 2
+    assert "is a folder; give a file" in _one_error_line(capsys)
