@@ -9,6 +9,7 @@ can rebuild its model without any other file.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 
 from attnviz import AttnvizError
@@ -206,8 +207,10 @@ class TrainConfig:
 
     def __post_init__(self):
         check_ranges("train", self, TRAIN_RANGES)
-        if self.device not in DEVICES:  # "gpu" reached torch.device as an internal error
-            raise AttnvizError(f"train config: device={self.device!r} is not one of {', '.join(DEVICES)}")
+        if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):  # "gpu": an internal error
+            raise AttnvizError(
+                f"train config: device={self.device!r} is not one of {', '.join(DEVICES)} (or cuda:N, the N-th GPU)"
+            )
         if self.validation == 1:  # every training example held out: the split to train on was empty
             raise AttnvizError(
                 "train config: validation=1 would hold out every training example; it takes 0 (off) or 2 or more "

@@ -47,9 +47,9 @@ def pick_device(name: str):
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
+    if name.startswith("cuda") and not torch.cuda.is_available():  # (cuda:N too: --set device=cuda:1)
         why = cpu_build_beside_gpu() or "PyTorch sees no CUDA GPU"
-        raise AttnvizError(f"device 'cuda' requested but {why}; use --device cpu or auto")
+        raise AttnvizError(f"device {name!r} requested but {why}; use --device cpu or auto")
     return torch.device(name)
 
 

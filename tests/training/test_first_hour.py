@@ -26,7 +26,7 @@ def _one_error_line(capsys) -> str:
     ("bad", "words"),
     [
         # torch.device("gpu"): "RuntimeError: Expected one of cpu, cuda, ..." as an internal error
-        ("device=gpu", "train config: device='gpu' is not one of auto, cpu, cuda"),
+        ("device=gpu", "train config: device='gpu' is not one of auto, cpu, cuda (or cuda:N, the N-th GPU)"),
         # every training example held out: translation's encode() took max() of nothing
         ("validation=1", "train config: validation=1 would hold out every training example"),
         # recorded in config.json as the run's task while another task trained
@@ -268,3 +268,15 @@ def test_eval_takes_the_run_folder_as_open_and_inspect_do(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["eval", str(tmp_path / "empty")]) == 2
     assert "is a folder; give a file" in _one_error_line(capsys)
+
+
+def test_the_nth_gpu_is_still_a_device_and_refused_where_torch_has_no_cuda(tmp_path, capsys):
+    import torch
+
+    from attnviz.training.config import TrainConfig
+
+    assert TrainConfig(device="cuda:1").device == "cuda:1"  # --set device=cuda:1, and such a run's stored config
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a GPU here")
+    assert main([*TRAIN, "--out", str(tmp_path / "r"), "--set", "device=cuda:1"]) == 2
+    assert _one_error_line(capsys).startswith("device 'cuda:1' requested but ")
