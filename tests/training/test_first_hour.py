@@ -180,7 +180,10 @@ def test_epochs_count_the_training_split_as_built(tmp_path, capsys):
     out = tmp_path / "r"
     argv = ["train", "translation-synthetic", "--preset", "tiny", "--epochs", "1", "--out", str(out), "--quiet"]
     assert main([*argv, "--set", "validation=4"]) == 0
-    assert json.loads(capsys.readouterr().out)["steps"] == 12  # was 16 (512 / 32)
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["steps"] == 12  # was 16 (512 / 32)
+    # and the first line says what it trains on (n_train is a cap for translation: its verses, or 4,000 synthetic)
+    assert "parameters) on 384 training examples for 12 steps on " in captured.err
     stored = json.loads((out / "config.json").read_text())["train"]
     assert (stored["epochs"], stored["steps"], stored["warmup"]) == (1, 12, 1)  # warm-up at most a tenth of the run
     assert (

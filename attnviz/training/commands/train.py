@@ -226,7 +226,8 @@ def _run(args) -> int:
         )
     print(
         f"training {task.name} ({args.preset}: {mcfg.arch}, {sum(p.numel() for p in trainer.model.parameters())} "
-        f"parameters) for {tcfg.steps} steps on {trainer.device}, seed {tcfg.seed}",
+        f"parameters) on {trainer.n_train} training examples for {tcfg.steps} steps on {trainer.device}, seed "
+        f"{tcfg.seed}",  # the examples as built: translation's n_train is a cap (7,391 verses), gloss pairs add
         file=sys.stderr,
     )
     t0 = time.perf_counter()
