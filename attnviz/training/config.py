@@ -9,6 +9,7 @@ can rebuild its model without any other file.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 
 from attnviz import AttnvizError
@@ -22,6 +23,7 @@ POOLS = ("mean", "cls", "last")
 # which decoder row stands for which target token when reading cross-attention as an alignment
 CONVENTIONS = ("input", "predict")
 ALIGN_LABELS = ("gold",)  # a statistical aligner (eflomal) on the training split is not wired in yet
+DEVICES = ("auto", "cpu", "cuda")  # TrainConfig.device (train --device takes the same)
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,15 @@ class TrainConfig:
 
     def __post_init__(self):
         check_ranges("train", self, TRAIN_RANGES)
+        if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):  # "gpu": an internal error
+            raise AttnvizError(
+                f"train config: device={self.device!r} is not one of {', '.join(DEVICES)} (or cuda:N, the N-th GPU)"
+            )
+        if self.validation == 1:  # every training example held out: the split to train on was empty
+            raise AttnvizError(
+                "train config: validation=1 would hold out every training example; it takes 0 (off) or 2 or more "
+                "(every N-th training example becomes the validation split)"
+            )
         if self.align_convention not in CONVENTIONS:
             raise AttnvizError(
                 f"train config: align_convention={self.align_convention!r} is not one of {', '.join(CONVENTIONS)}"

@@ -251,8 +251,16 @@ def gloss_pair(pair: AlignedPair) -> AlignedPair | None:
 def carve_validation(train: list[AlignedPair], every: int, offset: int = 3) -> tuple[list, list]:
     """(training, validation): every ``every``-th training unit becomes validation (for model selection, so the
     held-out test split is measured once, at the end)."""
+    from attnviz import AttnvizError
+
+    offset %= every  # validation=2 or 3 with offset 3 matched no unit: an empty split, an internal error later
     fit = [p for i, p in enumerate(train) if i % every != offset]
     val = [p for i, p in enumerate(train) if i % every == offset]
+    if not fit or not val:  # a handful of training pairs (--set n_train=2)
+        raise AttnvizError(
+            f"validation={every}: {len(train)} training pairs leave {len(val)} for validation and {len(fit)} to train "
+            "on; train on more pairs (n_train) or hold out fewer (a larger validation)"
+        )
     return fit, val
 
 

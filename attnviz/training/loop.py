@@ -47,9 +47,26 @@ def pick_device(name: str):
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise AttnvizError("device 'cuda' requested but PyTorch sees no CUDA GPU; use --device cpu or auto")
+    if name.startswith("cuda") and not torch.cuda.is_available():  # (cuda:N too: --set device=cuda:1)
+        why = cpu_build_beside_gpu() or "PyTorch sees no CUDA GPU"
+        raise AttnvizError(f"device {name!r} requested but {why}; use --device cpu or auto")
     return torch.device(name)
+
+
+def cpu_build_beside_gpu() -> str:
+    """Why torch cannot use an NVIDIA GPU this machine has, when the reason is its CPU-only build (what the README's
+    install command gets, from PyTorch's CPU index): "sees no CUDA GPU" sent a researcher looking for a driver
+    problem.  "" otherwise."""
+    import torch
+
+    from attnviz.runtime.isolation import gpu_present
+
+    if torch.version.cuda is not None or not gpu_present():
+        return ""
+    return (
+        f"this PyTorch ({torch.__version__}) is a CPU-only build and cannot use this machine's GPU (install a CUDA "
+        "build of torch, pytorch.org)"
+    )
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:
@@ -69,8 +86,9 @@ def param_groups(model, weight_decay: float) -> list[dict]:
     ]
 
 
-def steps_for_epochs(epochs: int, tc: TrainConfig) -> int:
-    return max(1, epochs * math.ceil(tc.n_train / tc.batch_size))
+def steps_for_epochs(epochs: int, tc: TrainConfig, n: int | None = None) -> int:
+    """Optimizer steps for ``epochs`` passes over ``n`` training examples (default: ``tc.n_train``)."""
+    return max(1, epochs * math.ceil((tc.n_train if n is None else n) / tc.batch_size))
 
 
 class Trainer:
@@ -120,6 +138,14 @@ class Trainer:
                 f"val_min_bleu needs a validation split (--set validation=N) and a task that translates; "
                 f"{task.name} with validation={tcfg.validation} has not"
             )
+        if tcfg.validation and not task.val_key:  # its make_split("validation") was the test split, or a KeyError
+            from attnviz.training.tasks import TASKS
+
+            carving = ", ".join(t.name for t in TASKS.values() if t.val_key)
+            raise AttnvizError(
+                f"validation={tcfg.validation}: {task.name} has no validation split to select a step on (only "
+                f"{carving} carve one out of their training data); leave validation at 0"
+            )
         task.val_bleu = tcfg.val_min_bleu > 0
         # the data first: a configuration too small for it is refused before the run folder is touched
         self.train_data = task.make_split("train", mcfg, tcfg)
@@ -127,6 +153,10 @@ class Trainer:
         self.val_data = task.make_split("validation", mcfg, tcfg) if tcfg.validation else None
         for data in (self.train_data, self.test_data, self.val_data or {}):
             data_check.check(task.name, mcfg, data)
+        if tcfg.epochs:  # passes over the split as built, not n_train: translation's drops its long verses, carves
+            # the validation split out of it and adds gloss pairs (with both, `--epochs 1` was 0.53 of a pass)
+            tcfg.steps = steps_for_epochs(tcfg.epochs, tcfg, len(next(iter(self.train_data.values()))))
+            tcfg.warmup = min(tcfg.warmup, max(1, tcfg.steps // 10))
         if out is not None:
             self.out = ckpt.ensure_writable_dir(out)
             self._resume_or_start(restart)
@@ -157,14 +187,21 @@ class Trainer:
         if prev is not None:
             where = self.out / ckpt.STATE
             differ = _differences(prev, self.task.name, self.mcfg.to_dict(), _strip(self.tcfg.to_dict()))
+            # `--steps 2000` on a finished 1000-step run meant "train it longer": say how, not only how to overwrite
+            further = (
+                f", or train it further from its weights into a new folder (--set init_from={self.out} --out NEW)"
+                if prev.get("finished") and prev.get("task") == self.task.name
+                else ""
+            )
             if differ:
                 raise AttnvizError(
                     f"{self.out} holds a run with a different task or configuration ({where}: {differ}); "
-                    f"pass --restart to overwrite it or choose another --out"
+                    f"pass --restart to overwrite it or choose another --out{further}"
                 )
             if prev.get("finished") and (self.exported is None or (self.out / self.exported).exists()):
                 raise AttnvizError(
-                    f"{self.out} already holds a finished run; pass --restart to train again or choose another --out"
+                    f"{self.out} already holds a finished run; pass --restart to train again or choose another "
+                    f"--out{further}"
                 )
             self.step = int(prev["step"])
             ckpt.load_tensors(self.out, self.model, self.optimizer, self.step)
@@ -190,10 +227,17 @@ class Trainer:
         model_file = run / "model.onnx"
         if not model_file.is_file():
             raise AttnvizError(f"init_from {run}: no model.onnx there (a finished `attnviz train` run folder)")
-        _, mcfg, _, meta = read_config(model_file)
-        same = {**mcfg.to_dict(), "dropout": 0} == {**self.mcfg.to_dict(), "dropout": 0}
-        if not same:
-            raise AttnvizError(f"init_from {run}: that run's model configuration differs from this one")
+        name, mcfg, tcfg, meta = read_config(model_file)
+        theirs, ours = ({**m.to_dict(), "dropout": 0} for m in (mcfg, self.mcfg))
+        if name != self.task.name or theirs != ours:  # said only "differs", not in what nor what to do
+            said = [f"task {name}, now {self.task.name}"] if name != self.task.name else []
+            said += [f"{k} {theirs[k]!r}, now {ours.get(k)!r}" for k in sorted(theirs) if theirs[k] != ours.get(k)]
+            more = f"; and {len(said) - 3} more" if len(said) > 3 else ""
+            raise AttnvizError(
+                f"init_from {run}: that run's model differs from this one ({'; '.join(said[:3])}{more}); fine-tune "
+                f"it as it was trained (attnviz train {name} --preset {tcfg.preset}, and the model fields it set; see "
+                f"{run / ckpt.CONFIG}) or start from scratch"
+            )
         if hasattr(self.task, "restore"):  # the tokenizers the weights were trained with
             # into a copy of the task: the registry's instance is every later run's in this process
             self.task = copy.copy(self.task)
@@ -272,7 +316,13 @@ class Trainer:
                     logits = self.model(**{k: batch[k] for k in names})
                     loss = self.task.loss(logits, batch)
                 if not torch.isfinite(loss):
-                    raise AttnvizError(f"training diverged at step {s} (loss {loss.item()}); lower the learning rate")
+                    # batches and dropout are seeded per step: resuming would diverge at this step again, so the
+                    # line says what changes it (and that such a change needs --restart), not "rerun to resume"
+                    raise AttnvizError(
+                        f"training diverged at step {s} (loss {loss.item()}); lower the learning rate "
+                        f"(--set lr=..., now {tc.lr:g}) and start over with --restart: resuming the same command "
+                        f"would diverge at the same step again"
+                    )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if tc.grad_clip:

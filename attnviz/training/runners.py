@@ -64,19 +64,19 @@ class OnnxRunner:
     """An exported model on onnxruntime (CPU unless ``provider`` says otherwise)."""
 
     def __init__(self, path: str, provider: str = "cpu"):
-        import onnxruntime as ort
+        # the viewer's sessions: no spin-waiting (ORT's spinning threads fight torch's in one process: 2-7x slower),
+        # TF32 off on CUDA, and --provider cuda refused in one line where CUDA cannot run (a plain session fell back
+        # to the CPU with only a UserWarning, and `eval --provider cuda` printed CPU numbers as if from the GPU)
+        from attnviz.runtime.session import make_session
 
         self.path = str(path)
-        so = ort.SessionOptions()
-        # a process that also runs torch: ORT's spin-waiting threads fight torch's (measured slowdowns of 2-7x)
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        from attnviz.runtime.session import CPU, CUDA, CUDA_OPTIONS  # TF32 off: the same numbers as the viewer's
-
-        providers = [(CUDA, CUDA_OPTIONS), CPU] if provider == "cuda" else [CPU]
         try:
-            self.session = ort.InferenceSession(self.path, so, providers=providers)
+            self.session, _ = make_session(self.path, provider=provider)
+        except AttnvizError:
+            raise
         except Exception as e:  # onnxruntime raises its own exception types for unreadable files
             raise AttnvizError(f"cannot load ONNX model {self.path}: {str(e).splitlines()[0]}") from e
+        self.provider = self.session.get_providers()[0]
         self.input_names = tuple(i.name for i in self.session.get_inputs())
         self._engine = None
 

@@ -127,7 +127,8 @@ HAND_EDITED_STATE = {
 @pytest.mark.parametrize("case", list(HAND_EDITED_STATE))
 def test_a_hand_edited_checkpoint_state_is_refused_before_resuming(tmp_path, case):
     key, value, words = HAND_EDITED_STATE[case]
-    task, mc, tc = _tiny("sequence-classification", steps=6, log_every=1, checkpoint_every=2, validation=8)
+    # (translation-synthetic: a task with a validation split; sequence-classification's was its test split)
+    task, mc, tc = _tiny("translation-synthetic", steps=6, log_every=1, checkpoint_every=2, validation=8)
     gen = Trainer(task, mc, tc, out=tmp_path).events()
     for ev in gen:
         if ev.step == 3:

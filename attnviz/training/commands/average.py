@@ -64,6 +64,11 @@ def run(args) -> int:
         raise AttnvizError(f"{cfg_file} is not a run configuration ({e}); pass a run folder") from None
     if len(args.weights) < 2:
         raise AttnvizError("--weights needs at least two checkpoint files to average")
+    if args.out is None and not tcfg.validation:  # it averaged, measured nothing and printed the file list, exit 0
+        raise AttnvizError(
+            f"{run_dir} was trained without a validation split (--set validation=N), so there is nothing to measure "
+            "the average on without exporting it: pass --out DIR to export it and measure it on the test split"
+        )
     if args.out is not None:
         ckpt.check_run_folder(args.out, task.name)
         out = ckpt.ensure_writable_dir(args.out)

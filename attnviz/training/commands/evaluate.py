@@ -9,7 +9,11 @@ HELP = "run a model exported by 'attnviz train' on its task's held-out data and 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL.onnx", help="a model written by 'attnviz train' (metadata names its task)")
+    p.add_argument(
+        "model",
+        metavar="MODEL.onnx",
+        help="a model written by 'attnviz train' (metadata names its task), or its run folder",
+    )
     p.add_argument("--n", type=int, default=None, metavar="N", help="score only the first N held-out examples")
     p.add_argument("--provider", default="cpu", choices=("cpu", "cuda"), help="onnxruntime execution provider")
 
@@ -17,12 +21,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     import copy
     import time
+    from pathlib import Path
 
     from attnviz import AttnvizError
     from attnviz.training.export import read_config
     from attnviz.training.runners import OnnxRunner, take
     from attnviz.training.tasks import get_task
 
+    run_model = Path(args.model) / "model.onnx"
+    if Path(args.model).is_dir() and run_model.is_file():  # a run folder, as open / inspect / extract take it
+        args.model = str(run_model)  # (it said "is a folder; give a file")
     name, mcfg, tcfg, meta = read_config(args.model)
     task = get_task(name)
     if hasattr(task, "restore"):  # tasks whose state lives in the model (translation: its trained tokenizers)
@@ -41,6 +49,7 @@ def run(args) -> int:
         "model": args.model,
         "task": name,
         "split": "test",
+        "provider": runner.provider,
         "metrics": metrics,
         "seconds": round(time.perf_counter() - t0, 2),
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.core.notice import say
+from attnviz.training.config import DEVICES  # (no torch: config.py is plain dataclasses)
 
 HELP = "train a small transformer on a built-in task and export it, self-described, to DIR/model.onnx"
 
@@ -26,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--out",
         required=True,
         metavar="DIR",
-        help="run folder: model.onnx, checkpoint.safetensors, checkpoint.json, config.json, metrics.json",
+        help="run folder: model.onnx, checkpoint.safetensors, checkpoint.json, config.json, metrics.json (and "
+        "sample.png for an image task, snapshots/ with --set snapshot_every=N); an unfinished run there is resumed",
     )
     p.add_argument(
         "--preset",
@@ -39,9 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--epochs", type=int, metavar="N", help="train N passes over the training set (sets --steps)")
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (default: the preset's)")
     p.add_argument("--seed", type=int, default=None, help="seed for parameters, batches and dropout (default 0)")
-    p.add_argument(
-        "--device", default=None, choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)"
-    )
+    p.add_argument("--device", default=None, choices=DEVICES, help="default: auto (CUDA when available)")
     p.add_argument(
         "--restart",
         "--overwrite",
@@ -61,14 +61,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _bar(ev, width: int = 28) -> str:
+def _clock(seconds: float) -> str:
+    """0:07, 12:34, 1:02:03 (a demo run's "eta 9180s" had to be divided by hand)."""
+    h, rest = divmod(int(round(seconds)), 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def _bar(ev, start: int = 0, width: int = 20) -> str:
+    """One progress line: steps, loss, rate, elapsed and ETA.  ``start``: the step this process began at.  The ETA
+    was elapsed / fraction done, which counts a resumed run's earlier steps as done in this process's seconds: resumed
+    at step 100 of 3000, it said 2:20 left at step 200 where 4:40 were (100 steps took 10 s, 2800 to go)."""
     frac = ev.step / max(1, ev.total)
     filled = int(frac * width)
-    eta = ev.elapsed / max(frac, 1e-9) - ev.elapsed if frac > 0 else 0.0
+    done = ev.step - start
+    rate = done / ev.elapsed if ev.elapsed > 0 and done > 0 else 0.0
+    speed = f"{rate:6.1f} steps/s" if rate >= 1 else f"{1 / rate:6.1f} s/step" if rate else "   ? steps/s"
+    eta = _clock((ev.total - ev.step) / rate) if rate else "?"
     return (
-        f"\r[{'#' * filled}{'.' * (width - filled)}] {ev.step}/{ev.total} loss {ev.loss:.4f} "
-        f"{ev.elapsed:5.0f}s eta {eta:4.0f}s"
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {ev.step}/{ev.total} loss {ev.loss:.4f} {speed} "
+        f"{_clock(ev.elapsed)} eta {eta} "
     )
+
+
+def _fitted(line: str) -> str:
+    """The bar cut to the terminal's width: a line that wraps is not redrawn by "\r" (each update a new row)."""
+    import shutil
+
+    return line[: max(20, shutil.get_terminal_size().columns - 1)]
 
 
 # what a --set value may be, by the field's annotation (the config modules use postponed annotations, so these
@@ -96,6 +116,31 @@ def _checked(name: str, raw: str, value: Any, annotation: str) -> Any:
     return float(raw) if annotation == "float" else value
 
 
+# config fields a run records but --set does not take, each with what sets it: `--set task=forecasting` on a
+# sequence-classification run trained that task and stored "forecasting" in its config.json
+_SET_ELSEWHERE = {
+    "task": "the TASK argument",
+    "preset": "--preset",
+    "epochs": "--epochs N",
+    "average_of": "'attnviz average'",
+}
+# model fields the task's data and loss are made for (`--set head=lm` on a classifier, `input_kind=series` on a
+# token task): another value failed inside torch on the first batch as an internal error
+_TASK_FIXED = ("arch", "head", "input_kind")
+
+
+def _settable(task: str, name: str, raw: str, cfg, value: Any) -> None:
+    from attnviz import AttnvizError
+
+    if name in _SET_ELSEWHERE:
+        raise AttnvizError(f"--set {name}: {name} is set by {_SET_ELSEWHERE[name]}, not --set")
+    if name in _TASK_FIXED and value != getattr(cfg, name):
+        raise AttnvizError(
+            f"--set {name}={raw}: {task}'s data and loss are made for {name} {getattr(cfg, name)!r}; "
+            f"leave {name} to the task (attnviz train --help lists the tasks)"
+        )
+
+
 def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
     """``--set FIELD=VALUE`` onto the model or training config (the field name says which), re-validated."""
     from dataclasses import fields
@@ -114,7 +159,9 @@ def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
         for cfg in (mcfg, tcfg):
             annotations = {f.name: str(f.type) for f in fields(cfg)}
             if name in annotations:
-                setattr(cfg, name, _checked(name, raw, value, annotations[name]))
+                value = _checked(name, raw, value, annotations[name])
+                _settable(tcfg.task, name, raw, cfg, value)
+                setattr(cfg, name, value)
                 break
         else:
             raise AttnvizError(f"--set {name}: no such model or training config field")
@@ -140,7 +187,7 @@ def _run(args) -> int:
     from attnviz.training import checkpoint as ckpt
     from attnviz.training.checkpoint import MODEL, atomic_write_json, check_run_folder
     from attnviz.training.export import export
-    from attnviz.training.loop import Trainer, steps_for_epochs
+    from attnviz.training.loop import Trainer, cpu_build_beside_gpu, steps_for_epochs
     from attnviz.training.tasks import get_task
 
     task = get_task(args.task)
@@ -153,13 +200,14 @@ def _run(args) -> int:
     if args.epochs is not None:
         if args.epochs < 1:
             raise AttnvizError("--epochs must be at least 1")
-        tcfg.steps = steps_for_epochs(args.epochs, tcfg)
         tcfg.epochs = args.epochs
+        tcfg.steps = steps_for_epochs(args.epochs, tcfg)  # for now: the trainer counts the split it builds
     elif args.steps is not None:
         if args.steps < 1:
             raise AttnvizError("--steps must be at least 1")
         tcfg.steps = args.steps
-    tcfg.warmup = min(tcfg.warmup, max(1, tcfg.steps // 10))
+    if not tcfg.epochs:  # (with --epochs the trainer shortens the warm-up once it knows the steps)
+        tcfg.warmup = min(tcfg.warmup, max(1, tcfg.steps // 10))
     out = Path(args.out)
     from attnviz.core.writes import guard
 
@@ -169,6 +217,8 @@ def _run(args) -> int:
         check_run_folder(args.out, task.name)  # the trainer makes it once the configuration fits the task's data
     tty = sys.stderr.isatty() and not args.quiet
     trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart, exported=MODEL)
+    if trainer.device.type == "cpu" and tcfg.device == "auto" and (why := cpu_build_beside_gpu()):
+        say(f"training on the CPU: {why}")  # auto fell back without a word, at CPU speed
     if args.preset == "tiny":
         say(
             "--preset tiny is a smoke preset (a few seconds of training, for tests): expect chance-level "
@@ -176,10 +226,12 @@ def _run(args) -> int:
         )
     print(
         f"training {task.name} ({args.preset}: {mcfg.arch}, {sum(p.numel() for p in trainer.model.parameters())} "
-        f"parameters) for {tcfg.steps} steps on {trainer.device}, seed {tcfg.seed}",
+        f"parameters) on {trainer.n_train} training examples for {tcfg.steps} steps on {trainer.device}, seed "
+        f"{tcfg.seed}",  # the examples as built: translation's n_train is a cap (7,391 verses), gloss pairs add
         file=sys.stderr,
     )
     t0 = time.perf_counter()
+    start = trainer.step  # where a resumed run took up: the rate and ETA count this process's steps only
     events = trainer.events()
     last = None
     try:
@@ -194,9 +246,9 @@ def _run(args) -> int:
                 what = "validation" if "validation" in held else "held-out"
                 print(("\n" if tty else "") + f"step {ev.step}: {what} {json.dumps(held)}", file=sys.stderr)
             elif tty:
-                print(_bar(ev), end="", file=sys.stderr, flush=True)
+                print(_fitted(_bar(ev, start)), end="", file=sys.stderr, flush=True)
             elif not args.quiet and (ev.step % max(1, tcfg.steps // 20) < tcfg.log_every or ev.step == ev.total):
-                print(_bar(ev).strip(), file=sys.stderr)
+                print(_bar(ev, start).strip(), file=sys.stderr)
     except KeyboardInterrupt as e:  # told as the stop it was (exit 130, or 143 for a SIGTERM), with how to go on
         events.close()
         raise type(e)(
@@ -207,7 +259,7 @@ def _run(args) -> int:
         print(file=sys.stderr)
     train_s = time.perf_counter() - t0
     held = last.metrics if last is not None else {}  # a finished run resumed yields no progress
-    print(f"trained in {train_s:.1f}s; held-out (PyTorch): {json.dumps(held)}", file=sys.stderr)
+    print(f"trained in {train_s:.1f}s; held-out (PyTorch): {_headline(held)}", file=sys.stderr)
     try:
         result = export(trainer.model, task, mcfg, tcfg, out / MODEL, evaluate=True, validation=trainer.best)
     except KeyboardInterrupt as e:  # the finished checkpoint stands: the same command exports it without training
@@ -235,4 +287,14 @@ def _run(args) -> int:
             Image.fromarray(task.sample_image(mcfg)).save(tmp, format="PNG")
     atomic_write_json(out / "metrics.json", summary)
     print(json.dumps(summary, indent=2))
+    # where it went and what to do next (the JSON above is for scripts; export-hf ends the same way)
+    model = out / MODEL
+    print(f"wrote {model} and {out / 'metrics.json'}; open it with: attnviz open {model}", file=sys.stderr)
     return 0
+
+
+def _headline(metrics: dict) -> str:
+    """The metrics' top-level numbers, "accuracy 0.994, n 2000": translation's whole dict (per-head AER tables,
+    example translations) made one stderr line of 3,000 characters."""
+    shown = [f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)]
+    return ", ".join(shown) or "none measured"

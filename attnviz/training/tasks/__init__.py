@@ -233,4 +233,18 @@ def get_task(name: str) -> Task:
     try:
         return TASKS[name]
     except KeyError:
-        raise AttnvizError(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}") from None
+        near = _nearest(name)
+        hint = f"did you mean {near}? " if near else ""
+        raise AttnvizError(f"unknown task {name!r}; {hint}choose one of: {', '.join(TASKS)}") from None
+
+
+def _nearest(name: str) -> str | None:
+    """The task a slip most likely meant ("Translation", "seq", "sequence-clasification"), else None."""
+    import difflib
+
+    typed = name.strip().lower().replace("_", "-")
+    starts = [n for n in TASKS if n.startswith(typed)] if typed else []
+    if len(starts) == 1:
+        return starts[0]
+    close = difflib.get_close_matches(typed, list(TASKS), n=1, cutoff=0.75)
+    return close[0] if close else None
