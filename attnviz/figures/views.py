@@ -98,9 +98,11 @@ def _heatmap_figure(
     title_in = title_height(title, fs + 1)
     frame_h = title_in + xlab_in + 0.1
     # square cells, unless that makes the map much taller than wide; rows that could all be labelled
-    # within a page get the label pitch (a tall alignment of many generated words stays readable)
+    # within a page get the label pitch (a tall alignment of many generated words stays readable).  Not a
+    # self-attention map (the same tokens on both axes): stretched to the pitch at a column's width, a 32-token
+    # map drew cells twice as tall as wide; it keeps square cells, its rows thinned as its columns are
     row = min(cell, max(pitch, 1.6 * map_w / nq))
-    if nq * pitch <= max(1.6 * map_w, 6.0):
+    if nq * pitch <= max(1.6 * map_w, 6.0) and q_labels != k_labels:
         row = max(row, pitch)
     height = clamp(frame_h + nq * row, 1.4, 16.0 if fixed is None else 10.0)
     map_h = max(height - frame_h, 0.1)
@@ -137,6 +139,8 @@ def _heatmap_figure(
         ax.set_xlim(-0.5, nk - 0.5)
         ax.set_ylim(nq - 0.5, -0.5)
         cbar_label += vm.pool_note(fq, fk)
+    if q_labels == k_labels and sax is None:  # square cells exactly (the sizes above are estimates of the frame)
+        ax.set_aspect("equal", adjustable="box")
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)

@@ -1,0 +1,81 @@
+"""Figures at a paper's column width, read back from the written file (figaudit26).
+
+A self-attention map (the same tokens on both axes) keeps square cells at ``--width single``: a 32-token map (the
+forecasting demo's) was stretched to the rows' label pitch, its cells drawn twice as tall as wide.  An alignment
+(generated words x source words) still gets the pitch that labels every row."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from _pdfimages import _CM
+from _pdftext import _objects
+from figure_data import _axis, softmax_maps
+
+from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo
+from attnviz.figures import FigureSpec, render_spec, save_figure
+
+
+def drawn_sizes(data: bytes) -> dict[tuple[int, int], tuple[float, float]]:
+    """image (width, height) in pixels -> (width, height) in points as the page draws it: the product of the
+    ``cm`` matrices between the ``q`` before the image's ``Do`` and the ``Do`` (matplotlib draws an image in one
+    q..Q), read from the PDF's bytes."""
+    objs = _objects(data)
+    names: dict[bytes, int] = {}
+    for head, _ in objs.values():
+        for name, ref in re.findall(rb"/(I\d+) (\d+) 0 R", head):
+            names[name] = int(ref)
+    sizes = {}
+    for _, stream in objs.values():
+        if stream is None:
+            continue
+        for m in re.finditer(rb"/(I\d+) Do", stream):
+            ctm = np.eye(3)
+            for cm in _CM.finditer(stream, stream.rfind(b"q", 0, m.start()), m.start()):
+                a, b, c, d, e, f = map(float, cm.groups())
+                ctm = np.array([[a, b, 0], [c, d, 0], [e, f, 1]]) @ ctm
+            head = objs[names[m.group(1)]][0]
+            px = tuple(int(re.search(rb"/" + k + rb" (\d+)", head).group(1)) for k in (b"Width", b"Height"))
+            sizes[px] = (abs(float(ctm[0, 0])), abs(float(ctm[1, 1])))
+    return sizes
+
+
+def _self_attention(n: int) -> AttentionResult:
+    m = softmax_maps(np.random.default_rng(0), 1, n, n, causal=True)
+    site = SiteInfo("decoder", "self", 0, 1, "softmax_0", "softmax")
+    return AttentionResult([DenseMap(m)], [site], tokens=_axis([f"t{i}" for i in range(n)]))
+
+
+def _alignment(nq: int, nk: int) -> AttentionResult:
+    rng = np.random.default_rng(1)
+    sites = [SiteInfo("encoder", "self", 0, 1, "e0", "softmax"), SiteInfo("decoder", "cross", 0, 1, "c0", "softmax")]
+    maps = [DenseMap(softmax_maps(rng, 1, nk, nk)), DenseMap(softmax_maps(rng, 1, nq, nk))]
+    dec = ["<s>"] + [f"w{i}" for i in range(nq - 1)]
+    return AttentionResult(
+        maps,
+        sites,
+        tokens=_axis([f"s{i}" for i in range(nk)]),
+        key_tokens=_axis(dec),
+        generated=dec[1:],
+        prompt_len=1,
+        info={"model": "tiny-translate"},
+    )
+
+
+@pytest.mark.parametrize("n", [24, 32, 40])
+@pytest.mark.parametrize("width", ["single", "double"])
+def test_a_self_attention_map_at_a_column_width_has_square_cells(tmp_path, n, width):
+    out = save_figure(render_spec(_self_attention(n), FigureSpec(width=width, head=0)), tmp_path / "map.pdf")
+    w_pt, h_pt = drawn_sizes(out.read_bytes())[(n, n)]  # the map, a pixel a cell
+    assert h_pt == pytest.approx(w_pt, rel=0.02), f"{n} x {n} map drawn {w_pt:.1f} x {h_pt:.1f} pt"
+
+
+def test_an_alignment_at_single_width_still_labels_every_generated_word(tmp_path):
+    # 24 generated words over 40 source words: rows at the label pitch, so every word is a tick label
+    fig = render_spec(_alignment(25, 40), FigureSpec(view="alignment", width="single", head=0))
+    out = save_figure(fig, tmp_path / "align.svg")
+    text = out.read_text()
+    labels = set(re.findall(r">([^<>]+)</text>", text))  # the figure's SVG keeps its text as <text> elements
+    assert {f"w{i}" for i in range(24)} <= labels
