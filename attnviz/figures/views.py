@@ -556,7 +556,11 @@ def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle,
     word_in = fs * 2.2 * PT
     title = fit_title(make_title(result, style, sv.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
-    height = title_in + nrows * (img_h + word_in) + 0.05
+    # the panels' one colour bar (as the text strip's) over its tick labels and its label, wrapped to the width
+    bar_label = wrap_label(vm.IMAGE_STRIP_LABEL, 0.9 * width, fs - 1)
+    bar_y = 0.05 + (bar_label.count("\n") + 1) * (fs - 1) * LINE * PT + (fs + 2) * PT
+    cbar_in = bar_y + 0.07 + 0.12
+    height = title_in + nrows * (img_h + word_in) + cbar_in + 0.05
     fig = new_figure(spec, width, height, constrained=False)
     cmap = _cmap(style, "strip")
     for k in range(n):
@@ -582,6 +586,13 @@ def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle,
             fontsize=fs + 1,
             fontweight=weight,
         )
+    # without it the strip said nothing of its colours: each panel's brightest heat is that word's own maximum
+    cax = fig.add_axes((0.25, bar_y / height, 0.5, 0.07 / height))
+    cb = fig.colorbar(ScalarMappable(norm=Normalize(0.0, 1.0), cmap=cmap), cax=cax, orientation="horizontal")
+    cb.set_ticks([0.0, 1.0], labels=["0", "max"])
+    cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
+    cb.outline.set_linewidth(0.5)
+    cb.set_label(bar_label, fontsize=fs - 1, labelpad=1)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig

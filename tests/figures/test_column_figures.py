@@ -11,8 +11,9 @@ import re
 import numpy as np
 import pytest
 from _pdfimages import _CM
-from _pdftext import _objects
-from figure_data import _axis, softmax_maps
+from _pdftext import _objects, pdf_text
+from figure_data import _axis, softmax_maps, vision_result
+from PIL import Image
 
 from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo
 from attnviz.figures import FigureSpec, render_spec, save_figure
@@ -79,3 +80,22 @@ def test_an_alignment_at_single_width_still_labels_every_generated_word(tmp_path
     text = out.read_text()
     labels = set(re.findall(r">([^<>]+)</text>", text))  # the figure's SVG keeps its text as <text> elements
     assert {f"w{i}" for i in range(24)} <= labels
+
+
+def test_an_image_strip_says_each_panel_is_on_its_own_scale(tmp_path):
+    # each word's overlay is stretched to that word's largest weight; the strip had no colour bar and said nothing
+    result = vision_result(decoder=True)
+    for width in (None, "single"):
+        out = save_figure(render_spec(result, FigureSpec(view="strip", width=width)), tmp_path / f"strip-{width}.pdf")
+        text = " ".join(pdf_text(out.read_bytes()))
+        assert "each panel stretched to its own maximum" in " ".join(text.split()), text
+        assert {"0", "max"} <= set(pdf_text(out.read_bytes()))
+
+
+def test_the_strip_bar_label_lies_inside_the_page(tmp_path):
+    # at a column's width the label wraps to two lines: both inside the page, below the last panel's word
+    fig = render_spec(vision_result(decoder=True), FigureSpec(view="strip", width="single", dpi=100))
+    out = save_figure(fig, tmp_path / "strip.png")
+    png = np.asarray(Image.open(out).convert("L"))
+    ink_rows = np.flatnonzero((png < 128).any(axis=1))
+    assert ink_rows.max() < png.shape[0] - 2  # the last line of ink ends above the bottom edge, not cut by it

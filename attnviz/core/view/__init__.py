@@ -202,6 +202,7 @@ from attnviz.core.view.steps import (
     word_special,
 )
 from attnviz.core.view.strip import (
+    IMAGE_STRIP_LABEL,
     StripPanel,
     StripView,
     over_image,
@@ -343,6 +344,7 @@ __all__ = [
     "step_rows",
     "strip_block",
     "strip_view",
+    "IMAGE_STRIP_LABEL",
     "strongest_links",
     "target_rows",
     "thumbnails",
