@@ -770,7 +770,8 @@ class MainWindow(QMainWindow):
         held, shown = self.session.comparison, self.head_map.shown()
         if what is not None and view is self.head_map and held is not None and shown != "A":
             sel, blocks = self.session.sel, self.session.blocks  # model B's map, or A − B, as Head map shows it
-            self._start_export(lambda: save_compared(held, shown, sel, path, blocks), path)
+            style = with_width(None, self.settings)  # File ▸ Export width
+            self._start_export(lambda: save_compared(held, shown, sel, path, blocks, style), path)
             return
         if what is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
             result, (name, sel) = self.session.result, what
