@@ -312,6 +312,10 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     row_h = ph + (head_lab if one else 0.0)
     grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
     height = top + bottom + max(grid_h, 0.9)
+    # a head's label on every k-th column where they would touch ("H10H11" read as one at a column's width with
+    # 12 heads): the widest label and 2 pt of space within the column pitch
+    widest = max(text_width_pt(f"H{h}", fs) for h in range(H))
+    every = max(1, math.ceil((widest + 2.0) / ((pw + gap) * 72)))
     fig = new_figure(spec, width, height, constrained=False)
     norm = _norm(style, sel.log, max(top_weight, 1e-6))
     cmap = _cmap(style, "overview")
@@ -331,7 +335,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
             if (li, h) in frames:  # the window's frame: this head's divergence from model B
                 sp.set_edgecolor(frames[(li, h)])
                 sp.set_linewidth(1.6)
-        if r == 0 or one:
+        if (r == 0 or one) and c % every == 0:
             ax.set_title(f"H{h}", fontsize=fs, pad=1.5)
         if (li, h) not in maps:  # fewer heads in this layer
             ax.set_axis_off()

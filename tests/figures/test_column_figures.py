@@ -99,3 +99,24 @@ def test_the_strip_bar_label_lies_inside_the_page(tmp_path):
     png = np.asarray(Image.open(out).convert("L"))
     ink_rows = np.flatnonzero((png < 128).any(axis=1))
     assert ink_rows.max() < png.shape[0] - 2  # the last line of ink ends above the bottom edge, not cut by it
+
+
+def _header_boxes(svg: str, fs: float = 7.0) -> list[tuple[float, float, str]]:
+    """The overview's head labels ("H3"): (left, right, text) in points, from the SVG's centred <text> elements."""
+    from attnviz.figures.layout import text_width_pt
+
+    found = re.findall(r'text-anchor: middle" x="([\d.]+)"[^>]*>(H\d+)</text>', svg)
+    return sorted((float(x) - text_width_pt(t, fs) / 2, float(x) + text_width_pt(t, fs) / 2, t) for x, t in found)
+
+
+@pytest.mark.parametrize("width", ["single", "double", None])
+def test_an_overviews_head_labels_never_touch(tmp_path, width):
+    # 12 layers x 12 heads (BERT-base's shape) at a single column: "H10" and "H11" overlapped and read as one
+    from figure_data import text_result
+
+    result = text_result(n_layers=12, heads=12, tokens=[f"w{i}" for i in range(20)])
+    out = save_figure(render_spec(result, FigureSpec(view="overview", width=width)), tmp_path / "overview.svg")
+    boxes = _header_boxes(out.read_text())
+    assert boxes[0][2] == "H0" and len(boxes) >= 6  # labelled, if not every head
+    for (_, right, a), (left, _, b) in zip(boxes, boxes[1:]):
+        assert left - right >= 1.5, f"{a} and {b} are {left - right:.2f} pt apart"
