@@ -379,13 +379,16 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     legend_cols = max(1, min(len(items), int((width - 0.2) / entry_in)))
     legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / legend_cols) if len(items) > 1 else 0.0
     top = title_height(title, fs + 1) + fs * 2.2 * PT
-    height = clamp(top + legend_in + 0.1 + n * pitch, 1.5, 22.0)
+    # the key under it all: what a line's width and opacity say, and which links are left out
+    key = wrap_label(vm.links_key(lv.vmax), width - 0.2, fs - 1)
+    key_in = (key.count("\n") + 1) * (fs - 1) * LINE * PT + 0.06
+    height = clamp(top + legend_in + key_in + 0.1 + n * pitch, 1.5, 22.0)
     fig = new_figure(spec, width, height, constrained=False)
-    span_h = height - top - legend_in - 0.1
+    span_h = height - top - legend_in - key_in - 0.1
     ax = fig.add_axes(
         (
             (lab_q + 0.1) / width,
-            (legend_in + 0.05) / height,
+            (legend_in + key_in + 0.05) / height,
             max(width - lab_q - lab_k - 0.2, 0.3) / width,
             span_h / height,
         )
@@ -435,6 +438,7 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
         fig.legend(
             handles=handles,
             loc="lower center",
+            bbox_to_anchor=(0.5, key_in / height),
             ncol=legend_cols,
             fontsize=fs,
             frameon=False,
@@ -446,6 +450,7 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     above = offset_copy(ax.get_xaxis_transform(), fig=fig, y=fs * 0.75, units="points")
     ax.text(x0 - 0.01, 1.0, qt, ha="right", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
     ax.text(x1 + 0.01, 1.0, kt, ha="left", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
+    fig.text(0.5, 0.03 / height, key, ha="center", va="bottom", fontsize=fs - 1, color="0.3", linespacing=LINE * 0.9)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig

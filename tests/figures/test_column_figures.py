@@ -120,3 +120,16 @@ def test_an_overviews_head_labels_never_touch(tmp_path, width):
     assert boxes[0][2] == "H0" and len(boxes) >= 6  # labelled, if not every head
     for (_, right, a), (left, _, b) in zip(boxes, boxes[1:]):
         assert left - right >= 1.5, f"{a} and {b} are {left - right:.2f} pt apart"
+
+
+@pytest.mark.parametrize("width", ["single", None])
+def test_token_links_carry_a_key_to_their_lines(tmp_path, width):
+    # the lines' width and opacity are the weight over the largest drawn, weak ones left out: the figure said neither
+    from figure_data import text_result
+
+    result = text_result(n_layers=2, heads=3)
+    out = save_figure(render_spec(result, FigureSpec(view="links", layer=1, head=2, width=width)), tmp_path / "l.pdf")
+    text = " ".join(" ".join(pdf_text(out.read_bytes())).split())
+    top = float(result.maps[1].array()[0, 2].max())  # the drawn head's largest weight, from the result itself
+    assert f"line width and opacity grow with the weight (full at {top:.3g})" in text, text
+    assert "under 5% of that, or past a token's 12 strongest: not drawn" in text

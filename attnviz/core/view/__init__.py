@@ -109,6 +109,7 @@ from attnviz.core.view.links import (
     LinksView,
     link_alpha,
     link_heads,
+    links_key,
     links_view,
     strongest_links,
 )
@@ -312,6 +313,7 @@ __all__ = [
     "pictured",
     "link_alpha",
     "link_heads",
+    "links_key",
     "links_view",
     "log_ticks",
     "map_inputs",
