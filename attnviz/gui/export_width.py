@@ -40,7 +40,7 @@ def with_width(style: FigureStyle | None, settings) -> FigureStyle | None:
 
 def add_width_menu(parent: QMenu, settings) -> QMenu:
     """The submenu: one checked entry, the remembered one; choosing another remembers it."""
-    menu = parent.addMenu("Export &width")
+    menu = parent.addMenu("Export wi&dth")  # W is Compare &with's
     group = QActionGroup(menu)
     group.setExclusive(True)
     chosen = export_width(settings) or CONTENT
