@@ -1,8 +1,10 @@
-"""Figures at a paper's column width, read back from the written file (figaudit26).
+"""Publication figures as a reviewer reads them, from the written file (figaudit26): PDF and SVG text, a PDF's
+drawn image sizes, PNG pixels.
 
 A self-attention map (the same tokens on both axes) keeps square cells at ``--width single``: a 32-token map (the
 forecasting demo's) was stretched to the rows' label pitch, its cells drawn twice as tall as wide.  An alignment
-(generated words x source words) still gets the pitch that labels every row."""
+(generated words x source words) still gets the pitch that labels every row.  The image strip says its panels are
+each on their own scale; an overview's head labels never touch; token links carry a key to their lines."""
 
 from __future__ import annotations
 
