@@ -12,7 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.lines import Line2D
-from matplotlib.markers import TICKDOWN, TICKLEFT
+from matplotlib.markers import TICKDOWN, TICKLEFT, MarkerStyle
 
 from attnviz.core.attention import AttentionResult
 from attnviz.core.rows import score_text
@@ -107,9 +107,9 @@ def minor_ticks(ax, which: str, positions: list[int]) -> Line2D:
     at = np.asarray(positions, dtype=float)
     zeros = np.zeros_like(at)
     if which == "x":
-        line = Line2D(at, zeros, transform=ax.get_xaxis_transform(), marker=TICKDOWN)
+        line = Line2D(at, zeros, transform=ax.get_xaxis_transform(), marker=MarkerStyle(TICKDOWN))
     else:
-        line = Line2D(zeros, at, transform=ax.get_yaxis_transform(), marker=TICKLEFT)
+        line = Line2D(zeros, at, transform=ax.get_yaxis_transform(), marker=MarkerStyle(TICKLEFT))
     line.set(linestyle="none", markersize=1.0, markeredgewidth=0.3, color="black", clip_on=False)
     line.set_gid(f"minor-ticks-{which}")
     ax.add_artist(line)  # not add_line: the ticks lie outside the data and must not move its limits
