@@ -195,8 +195,8 @@ def compared_figure(held: HeldComparison, shown: str, sel, blocks=None, figure_s
     return render_diff_figure(held.result_a, held.result_b, sel, figure_style)
 
 
-def save_compared(held: HeldComparison, shown: str, sel, path, blocks=None):
+def save_compared(held: HeldComparison, shown: str, sel, path, blocks=None, figure_style=None):
     """Draw :func:`compared_figure` and write it atomically (File ▸ Export view on Head map's B or A − B)."""
     from attnviz.figures import save_figure
 
-    return save_figure(compared_figure(held, shown, sel, blocks), path)
+    return save_figure(compared_figure(held, shown, sel, blocks, figure_style), path)

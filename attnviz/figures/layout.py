@@ -7,9 +7,12 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
+from matplotlib.lines import Line2D
+from matplotlib.markers import TICKDOWN, TICKLEFT, MarkerStyle
 
 from attnviz.core.attention import AttentionResult
 from attnviz.core.rows import score_text
@@ -92,10 +95,25 @@ def token_ticks(
                 t.set_color("0.45")
     if len(pos) < n and length_in / n >= MINOR_PITCH * PT:
         # unlabelled positions still get small ticks so the scale reads correctly (closer than MINOR_PITCH they
-        # would print as one grey band, and each is an object: 60,000 of them took a minute to lay out)
-        axis.set_ticks(range(n), minor=True)
-        ax.tick_params(axis=which, which="minor", length=1.0, width=0.3)
+        # would print as one grey band)
+        minor_ticks(ax, which, sorted(set(range(n)) - set(pos)))
     return pos
+
+
+def minor_ticks(ax, which: str, positions: list[int]) -> Line2D:
+    """A 1 pt tick, 0.3 pt wide, below (x) or left of (y) the axes at each of ``positions``: one line of tick
+    markers, gid ``minor-ticks-x`` / ``-y``.  Not matplotlib's minor ticks: each of those is an object of its own
+    (a line and an empty label), and a 1,000-token map's 2,000 took 13 s of its figure's 19 to make and draw."""
+    at = np.asarray(positions, dtype=float)
+    zeros = np.zeros_like(at)
+    if which == "x":
+        line = Line2D(at, zeros, transform=ax.get_xaxis_transform(), marker=MarkerStyle(TICKDOWN))
+    else:
+        line = Line2D(zeros, at, transform=ax.get_yaxis_transform(), marker=MarkerStyle(TICKLEFT))
+    line.set(linestyle="none", markersize=1.0, markeredgewidth=0.3, color="black", clip_on=False)
+    line.set_gid(f"minor-ticks-{which}")
+    ax.add_artist(line)  # not add_line: the ticks lie outside the data and must not move its limits
+    return line
 
 
 def wrap_label(text: str, length_in: float, fs: float) -> str:

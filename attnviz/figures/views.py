@@ -98,9 +98,11 @@ def _heatmap_figure(
     title_in = title_height(title, fs + 1)
     frame_h = title_in + xlab_in + 0.1
     # square cells, unless that makes the map much taller than wide; rows that could all be labelled
-    # within a page get the label pitch (a tall alignment of many generated words stays readable)
+    # within a page get the label pitch (a tall alignment of many generated words stays readable).  Not a
+    # self-attention map (the same tokens on both axes): stretched to the pitch at a column's width, a 32-token
+    # map drew cells twice as tall as wide; it keeps square cells, its rows thinned as its columns are
     row = min(cell, max(pitch, 1.6 * map_w / nq))
-    if nq * pitch <= max(1.6 * map_w, 6.0):
+    if nq * pitch <= max(1.6 * map_w, 6.0) and q_labels != k_labels:
         row = max(row, pitch)
     height = clamp(frame_h + nq * row, 1.4, 16.0 if fixed is None else 10.0)
     map_h = max(height - frame_h, 0.1)
@@ -137,6 +139,8 @@ def _heatmap_figure(
         ax.set_xlim(-0.5, nk - 0.5)
         ax.set_ylim(nq - 0.5, -0.5)
         cbar_label += vm.pool_note(fq, fk)
+    if q_labels == k_labels and sax is None:  # square cells exactly (the sizes above are estimates of the frame)
+        ax.set_aspect("equal", adjustable="box")
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
@@ -308,6 +312,10 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     row_h = ph + (head_lab if one else 0.0)
     grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
     height = top + bottom + max(grid_h, 0.9)
+    # a head's label on every k-th column where they would touch ("H10H11" read as one at a column's width with
+    # 12 heads): the widest label and 2 pt of space within the column pitch
+    widest = max(text_width_pt(f"H{h}", fs) for h in range(H))
+    every = max(1, math.ceil((widest + 2.0) / ((pw + gap) * 72)))
     fig = new_figure(spec, width, height, constrained=False)
     norm = _norm(style, sel.log, max(top_weight, 1e-6))
     cmap = _cmap(style, "overview")
@@ -327,7 +335,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
             if (li, h) in frames:  # the window's frame: this head's divergence from model B
                 sp.set_edgecolor(frames[(li, h)])
                 sp.set_linewidth(1.6)
-        if r == 0 or one:
+        if (r == 0 or one) and c % every == 0:
             ax.set_title(f"H{h}", fontsize=fs, pad=1.5)
         if (li, h) not in maps:  # fewer heads in this layer
             ax.set_axis_off()
@@ -371,13 +379,16 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     legend_cols = max(1, min(len(items), int((width - 0.2) / entry_in)))
     legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / legend_cols) if len(items) > 1 else 0.0
     top = title_height(title, fs + 1) + fs * 2.2 * PT
-    height = clamp(top + legend_in + 0.1 + n * pitch, 1.5, 22.0)
+    # the key under it all: what a line's width and opacity say, and which links are left out
+    key = wrap_label(vm.links_key(lv.vmax), width - 0.2, fs - 1)
+    key_in = (key.count("\n") + 1) * (fs - 1) * LINE * PT + 0.06
+    height = clamp(top + legend_in + key_in + 0.1 + n * pitch, 1.5, 22.0)
     fig = new_figure(spec, width, height, constrained=False)
-    span_h = height - top - legend_in - 0.1
+    span_h = height - top - legend_in - key_in - 0.1
     ax = fig.add_axes(
         (
             (lab_q + 0.1) / width,
-            (legend_in + 0.05) / height,
+            (legend_in + key_in + 0.05) / height,
             max(width - lab_q - lab_k - 0.2, 0.3) / width,
             span_h / height,
         )
@@ -427,6 +438,7 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
         fig.legend(
             handles=handles,
             loc="lower center",
+            bbox_to_anchor=(0.5, key_in / height),
             ncol=legend_cols,
             fontsize=fs,
             frameon=False,
@@ -438,6 +450,7 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     above = offset_copy(ax.get_xaxis_transform(), fig=fig, y=fs * 0.75, units="points")
     ax.text(x0 - 0.01, 1.0, qt, ha="right", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
     ax.text(x1 + 0.01, 1.0, kt, ha="left", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
+    fig.text(0.5, 0.03 / height, key, ha="center", va="bottom", fontsize=fs - 1, color="0.3", linespacing=LINE * 0.9)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -575,7 +588,11 @@ def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle,
     word_in = fs * 2.2 * PT
     title = fit_title(make_title(result, style, sv.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
-    height = title_in + nrows * (img_h + word_in) + 0.05
+    # the panels' one colour bar (as the text strip's) over its tick labels and its label, wrapped to the width
+    bar_label = wrap_label(vm.IMAGE_STRIP_LABEL, 0.9 * width, fs - 1)
+    bar_y = 0.05 + (bar_label.count("\n") + 1) * (fs - 1) * LINE * PT + (fs + 2) * PT
+    cbar_in = bar_y + 0.07 + 0.12
+    height = title_in + nrows * (img_h + word_in) + cbar_in + 0.05
     fig = new_figure(spec, width, height, constrained=False)
     cmap = _cmap(style, "strip")
     for k in range(n):
@@ -601,6 +618,13 @@ def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle,
             fontsize=fs + 1,
             fontweight=weight,
         )
+    # without it the strip said nothing of its colours: each panel's brightest heat is that word's own maximum
+    cax = fig.add_axes((0.25, bar_y / height, 0.5, 0.07 / height))
+    cb = fig.colorbar(ScalarMappable(norm=Normalize(0.0, 1.0), cmap=cmap), cax=cax, orientation="horizontal")
+    cb.set_ticks([0.0, 1.0], labels=["0", "max"])
+    cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
+    cb.outline.set_linewidth(0.5)
+    cb.set_label(bar_label, fontsize=fs - 1, labelpad=1)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig

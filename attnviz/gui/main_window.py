@@ -41,6 +41,7 @@ from attnviz.gui.export import (
     remember_export,
     view_dialog_start,
 )
+from attnviz.gui.export_width import add_width_menu, with_width
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
 from attnviz.gui.views.audio_regions import AudioRegionsView
@@ -215,6 +216,7 @@ class MainWindow(QMainWindow):
         fm.addSeparator()
         self.export_view_action = self._action("&Export view (PNG/SVG/PDF)…", self.export_view_dialog, "Ctrl+E")
         fm.addAction(self.export_view_action)
+        self.export_width_menu = add_width_menu(fm, self.settings)  # a paper's column, as figure --width
         fm.addAction(self._action("Export &maps (.npz)…", self.export_npz_dialog, "Ctrl+Shift+E"))
         fm.addSeparator()
         fm.addAction(self._action("&Quit", self.close, QKeySequence.StandardKey.Quit))
@@ -769,7 +771,8 @@ class MainWindow(QMainWindow):
         held, shown = self.session.comparison, self.head_map.shown()
         if what is not None and view is self.head_map and held is not None and shown != "A":
             sel, blocks = self.session.sel, self.session.blocks  # model B's map, or A − B, as Head map shows it
-            self._start_export(lambda: save_compared(held, shown, sel, path, blocks), path)
+            style = with_width(None, self.settings)  # File ▸ Export width
+            self._start_export(lambda: save_compared(held, shown, sel, path, blocks, style), path)
             return
         if what is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
             result, (name, sel) = self.session.result, what
@@ -778,6 +781,7 @@ class MainWindow(QMainWindow):
                 style = held.overview_style(self.session.blocks, sel.block)
             if view is self.overview and self.session.ablation.off:  # the switched-off heads' crosses too
                 style = self.session.ablation.overview_style(self.session.blocks, sel.block, style)
+            style = with_width(style, self.settings)  # File ▸ Export width
             self._start_export(lambda: render_and_save(result, name, sel, path, style), path)
             return
         try:

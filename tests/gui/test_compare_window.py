@@ -228,6 +228,13 @@ def test_head_map_shows_a_b_and_a_minus_b_and_the_figure_draws_the_same(qtbot, r
     w.export_view(out)
     qtbot.waitUntil(lambda: w.last_export == out, timeout=30000)
     assert "A − B" in out.read_text()
+    # at a paper's column width too (File ▸ Export width), as the figures of the window's own model
+    (single,) = [a for a in w.export_width_menu.actions() if a.data() == "single"]
+    single.trigger()
+    out = tmp_path / "diff-single.pdf"
+    w.export_view(out)
+    qtbot.waitUntil(lambda: w.last_export == out, timeout=30000)
+    assert b"/MediaBox [ 0 0 252 " in out.read_bytes()  # 3.5 in
     # the log scale never applies to a signed map; an aggregate's difference is the aggregates' difference
     s.select(mode="mean", layer_lo=0, layer_hi=-1, log=True)
     hm = w.head_map.heatmap

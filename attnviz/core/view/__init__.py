@@ -112,6 +112,7 @@ from attnviz.core.view.links import (
     LinksView,
     link_alpha,
     link_heads,
+    links_key,
     links_view,
     strongest_links,
 )
@@ -206,6 +207,7 @@ from attnviz.core.view.steps import (
     word_special,
 )
 from attnviz.core.view.strip import (
+    IMAGE_STRIP_LABEL,
     StripPanel,
     StripView,
     over_image,
@@ -322,6 +324,7 @@ __all__ = [
     "pictured",
     "link_alpha",
     "link_heads",
+    "links_key",
     "links_view",
     "log_ticks",
     "map_inputs",
@@ -355,6 +358,7 @@ __all__ = [
     "step_rows",
     "strip_block",
     "strip_view",
+    "IMAGE_STRIP_LABEL",
     "strongest_links",
     "target_rows",
     "thumbnails",

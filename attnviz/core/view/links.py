@@ -19,6 +19,15 @@ LINK_MIN = 0.05  # weights below this fraction of the top weight are not drawn (
 LINKS_PER_ROW = 12  # at most this many (the strongest) links per query token and head
 
 
+def links_key(vmax: float) -> str:
+    """What a link's line says, as the figure's key: the lines carried no scale, and the weak links they leave out
+    went unsaid."""
+    return (
+        f"line width and opacity grow with the weight (full at {vmax:.3g}); under {LINK_MIN:.0%} of that, "
+        f"or past a token's {LINKS_PER_ROW} strongest: not drawn"
+    )
+
+
 def link_alpha(w: float) -> float:
     """Opacity of a link of relative weight ``w`` in [0, 1] (screen and print)."""
     return 0.08 + 0.8 * w

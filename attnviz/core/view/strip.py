@@ -21,6 +21,10 @@ from attnviz.core.view.patches import block_grid, caption_rows, query_names
 from attnviz.core.view.selection import Selection, ViewError, _pad, blk_len, hide_mask, real_rows, result_blocks
 from attnviz.core.view.steps import generation_rows, n_steps
 
+# over an image each panel is its word's own overlay, its heat stretched to that word's largest weight (as in Xu et
+# al. 2015): one colour bar from 0 to "max" serves every panel, and its label says whose maximum
+IMAGE_STRIP_LABEL = "attention weight (each panel stretched to its own maximum)"
+
 
 @dataclass
 class StripPanel:
