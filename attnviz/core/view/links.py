@@ -70,7 +70,7 @@ def _row_top(m: np.ndarray, top: float) -> tuple[np.ndarray, np.ndarray]:
     if not (0 < top < np.inf):  # no threshold to narrow by (links are then judged on the weights as taken)
         return _top_of_rows(m, np.arange(m.shape[0]))
     near = m >= LINK_MIN * top * (1 - 1e-6)  # a hair below: compared in the map's precision, judged after in f64
-    many = np.nonzero(near.sum(axis=1) > LINKS_PER_ROW)[0]
+    many = np.nonzero(np.count_nonzero(near, axis=1) > LINKS_PER_ROW)[0]
     near[many] = False
     rows, cols = np.nonzero(near)
     if len(many):
@@ -89,8 +89,8 @@ def _top_of_rows(m: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarra
     kth = np.partition(v, n - k, axis=1)[:, n - k, None]  # each row's k-th largest
     take = v > kth
     tied = v == kth
-    room = k - take.sum(axis=1)  # how many of the row's ties at the k-th largest are taken, leftmost first
-    for i in np.nonzero(tied.sum(axis=1) > room)[0]:  # rows with more ties than room (a flat row, zeros)
+    room = k - np.count_nonzero(take, axis=1)  # how many of the row's ties at the k-th largest are taken, leftmost first
+    for i in np.nonzero(np.count_nonzero(tied, axis=1) > room)[0]:  # rows with more ties than room (a flat row, zeros)
         tied[i, np.nonzero(tied[i])[0][room[i] :]] = False
     r, c = np.nonzero(take | tied)
     return rows[r], c

@@ -41,6 +41,7 @@ class LinksCanvas(QWidget):
         self.font_ = QFont()
         self.font_.setPointSize(10)
         self._col_w = 80
+        self._measured: tuple[list[str], list[str]] | None = None  # the labels _col_w was measured for
 
     def set_data(self, lv: vm.LinksView) -> None:
         """Draw the view model's :class:`~attnviz.core.view.LinksView` (the figure draws the same links)."""
@@ -51,8 +52,10 @@ class LinksCanvas(QWidget):
         self.top_k = vm.LINKS_PER_ROW
         self._vmax = 1.0  # link weights are already relative to the top weight
         n = max(len(self.q_labels), len(self.k_labels))
-        fm = QFontMetrics(self.font_)
-        self._col_w = min(160, max([fm.horizontalAdvance(s) for s in self.q_labels + self.k_labels] + [30]) + 12)
+        if (self.q_labels, self.k_labels) != self._measured:  # a head switch keeps the tokens: measured once
+            fm = QFontMetrics(self.font_)
+            self._col_w = min(160, max([fm.horizontalAdvance(s) for s in self.q_labels + self.k_labels] + [30]) + 12)
+            self._measured = (self.q_labels, self.k_labels)
         self.setMinimumHeight(n * ROW_H + 2 * ROW_H)
         self.setMinimumWidth(2 * self._col_w + 160)
         if self.focus is not None:
@@ -116,10 +119,27 @@ class LinksCanvas(QWidget):
     def leaveEvent(self, ev):
         self.set_focus(None)
 
+    def rows_in(self, top: float, bottom: float) -> range:
+        """The token rows (either column) any part of which lies between ``top`` and ``bottom`` (px)."""
+        rh = self._row_h()
+        n = max(len(self.q_labels), len(self.k_labels))
+        # row i spans rh * (i + 1) .. rh * (i + 2): the column titles take the first row's height
+        return range(max(0, int(top // rh) - 1), max(0, min(n, int(bottom // rh))))
+
+    def links_in(self, top: float, bottom: float) -> list[tuple[int, int, int, float]]:
+        """The visible links whose line passes between ``top`` and ``bottom`` (px), a line's width either side."""
+        rh, pad = self._row_h(), 4.0
+        lo, hi = top - pad - 1.5 * rh, bottom + pad - 1.5 * rh  # _y(i) = rh * i + 1.5 * rh
+        return [lk for lk in self.visible_links() if min(lk[1], lk[2]) * rh <= hi and max(lk[1], lk[2]) * rh >= lo]
+
     def paintEvent(self, ev):
+        # only what the scroll area shows: 4,096 tokens are 8,192 labels and up to 49,152 links, all painted on
+        # every head switch (61 ms a paint at 2,048 tokens) though a screen shows some forty rows
+        area = ev.rect()
+        top, bottom = float(area.top()), float(area.bottom() + 1)
         p = QPainter(self)
         p.setRenderHint(QPainter.Antialiasing)
-        p.fillRect(self.rect(), QColor("white"))
+        p.fillRect(area, QColor("white"))
         p.setFont(self.font_)
         xl, xr = self._x_left(), self._x_right()
         p.setPen(QColor("#555"))
@@ -133,7 +153,7 @@ class LinksCanvas(QWidget):
             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
             f" {self.titles[1]}",
         )
-        for li, i, j, w in self.visible_links():
+        for li, i, j, w in self.links_in(top, bottom):
             c = QColor(self.layers[li][0])
             a = min(1.0, w / self._vmax)
             c.setAlphaF(vm.link_alpha(a))
@@ -142,18 +162,19 @@ class LinksCanvas(QWidget):
             p.setPen(pen)
             p.drawLine(QPointF(xl + 4, self._y(i)), QPointF(xr - 4, self._y(j)))
         focus = self.focus
+        rh = self._row_h()
+        rows = self.rows_in(top, bottom)
         for side, labels, x0, align in (
             ("query", self.q_labels, self._x0(), Qt.AlignmentFlag.AlignRight),
             ("key", self.k_labels, xr, Qt.AlignmentFlag.AlignLeft),
         ):
-            for i, s in enumerate(labels):
-                rh = self._row_h()
+            for i in rows[: max(0, len(labels) - rows.start)]:
                 r = QRectF(x0 + (0 if side == "query" else 6), rh * (i + 1), self._col_w - 6, rh)
                 hot = focus is not None and focus == (side, i)
                 if hot:
                     p.fillRect(r, QColor(255, 230, 150))
                 p.setPen(QColor("black"))
-                p.drawText(r, align | Qt.AlignmentFlag.AlignVCenter, s)
+                p.drawText(r, align | Qt.AlignmentFlag.AlignVCenter, labels[i])
         p.end()
 
 
