@@ -48,7 +48,7 @@ def strongest_links(
     least ``LINK_MIN`` of the top weight, as ``(matrix, row, column, weight / vmax)``, row by row, each row's
     columns in order.  Of equal weights the leftmost are taken first (a stable sort's choice); NaN is no link."""
     top = float(vmax) if vmax else max((float(m.max()) for m in mats if m.size), default=1.0) or 1.0
-    out = []
+    out: list[tuple[int, int, int, float]] = []
     for c, m in enumerate(mats):
         m = np.asarray(m)
         rows, cols = _row_top(m, top)
@@ -66,7 +66,8 @@ def _row_top(m: np.ndarray, top: float) -> tuple[np.ndarray, np.ndarray]:
     which are its largest: a long map's row has a handful.  The full argsort this replaces took 1.6 s of a head
     switch on Token links at 4,096 tokens."""
     if m.ndim != 2 or m.shape[1] <= LINKS_PER_ROW:
-        return np.nonzero(np.ones(m.shape, bool))
+        every = np.nonzero(np.ones(m.shape, bool))
+        return every[0], every[1]
     if not (0 < top < np.inf):  # no threshold to narrow by (links are then judged on the weights as taken)
         return _top_of_rows(m, np.arange(m.shape[0]))
     near = m >= LINK_MIN * top * (1 - 1e-6)  # a hair below: compared in the map's precision, judged after in f64
