@@ -75,6 +75,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)"
     )
     p.add_argument(
+        "--memory",
+        choices=("auto", "dense", "ondemand"),
+        default="auto",
+        help="dense keeps all maps; ondemand keeps Q/K and recomputes a head when it is shown (long inputs); auto "
+        "(default) picks by memory, as extract and figure do",
+    )
+    p.add_argument(
         "--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit"
     )
     p.add_argument(
@@ -309,6 +316,7 @@ def run(args) -> int:
     if args.tokenizer:
         win.tokenizer = Path(args.tokenizer)
     win.variant = args.variant
+    win.memory = args.memory
     if args.max_seconds:  # the input panel's field (shown once a speech model opens)
         win.inputs.set_values(max_seconds=args.max_seconds)
     if args.screenshot:  # the window's message becomes this command's line: it names the flags it was given

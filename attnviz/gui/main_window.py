@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from pathlib import Path
@@ -100,6 +101,8 @@ class MainWindow(QMainWindow):
         self.last_export: Path | None = None
         self.tokenizer: Path | None = None  # a tokenizer.json the user chose (else: metadata / beside the model)
         self.variant: str | None = None  # a Hub repository's quantized siblings (attnviz open --variant)
+        # how a run keeps its maps (attnviz open --memory; no control in the window): auto picks by the estimate
+        self.memory = "auto"
 
         # views
         self.tabs = QTabWidget()
@@ -568,6 +571,8 @@ class MainWindow(QMainWindow):
             if request is None:
                 with worded(self.wording):  # the fields' own check (beams without generate) names the fields
                     request = self.inputs.request()
+            if request.mode == "auto" and self.memory != "auto":
+                request = dataclasses.replace(request, mode=self.memory)
         except AttnvizError as e:
             self.show_error(str(e), param=e.param)
             return
