@@ -27,7 +27,7 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.frame_map` -- the Head map: a tower's frames one frame at a time (:func:`head_map`), else compute_map
 - :mod:`.links` -- token links (a tower's frames: the Head map's frame)
 - :mod:`.compare` -- two models compared: B's map of A's selection, and A − B
-- :mod:`.span` -- a window of positions cut out of a map (figures' ``--span``)
+- :mod:`.span` -- a window of positions cut out of a map (figures' ``--span``); :mod:`.find` -- a token by text or position
 
 Callers import from the package (``from attnviz.core import view as vm``); a test that patches a module-level
 setting patches the submodule that reads it (``attnviz.core.view.overview.POOL_THREADS_FROM``).
@@ -74,6 +74,7 @@ from attnviz.core.view.defaults import (
     default_image_base,
     default_selection,
 )
+from attnviz.core.view.find import Found, find_token
 from attnviz.core.view.frame_map import (
     check_frame,
     frame_names,
@@ -229,6 +230,7 @@ __all__ = [
     "DIFF_FLOOR",
     "DIFF_TITLE",
     "DIVERGENCE_COLOURS",
+    "Found",
     "GLOBAL_PANEL",
     "HEAD_COLOURS",
     "HeatScale",
@@ -282,6 +284,7 @@ __all__ = [
     "check_frame",
     "series_dots",
     "shown_frame",
+    "find_token",
     "frame_names",
     "head_map",
     "heat_scale",

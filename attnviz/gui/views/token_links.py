@@ -11,6 +11,7 @@ from attnviz.core import view as vm
 from attnviz.core.view_names import tab_title
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
+from attnviz.gui.views.head_map import find_box
 
 ROW_H = 22  # the smallest row pitch (px): a label's height
 MAX_ROW_H = 44  # a short input spreads its rows over the panel up to this pitch (then the lines stay readable)
@@ -187,6 +188,7 @@ class TokenLinksView(View):
         self.checked: set[int] = set()
         self._layer_key = None
         self.lv: vm.LinksView | None = None  # what the canvas draws
+        self._found_text: str | None = None  # what the find box last went to (Enter again: its next row)
 
     def build(self) -> None:
         self.canvas = LinksCanvas()
@@ -196,16 +198,40 @@ class TokenLinksView(View):
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.canvas)
+        self.scroller = scroll
+        self.find_box = find_box(self.go_to_token)
         top = QHBoxLayout()
         top.addWidget(QLabel("heads:"))
         top.addLayout(self.heads_bar)
         top.addStretch(1)
+        top.addWidget(QLabel("find:"))
+        top.addWidget(self.find_box)
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
         lay.addWidget(self.info)
         lay.addWidget(scroll, 1)
         self.canvas.hovered.connect(self._on_hover)
+
+    def go_to_token(self, typed: str) -> vm.Found | None:
+        """Scroll to the query token ``typed`` names (text or position; again: its next occurrence) and show only
+        its links, as hovering it does."""
+        lv, c = self.lv, self.canvas
+        if lv is None:
+            return None
+        again = typed == self._found_text and c.focus is not None and c.focus[0] == "query"
+        found = vm.find_token(lv.q_labels, _positions(lv), typed, c.focus[1] + 1 if again and c.focus else 0)
+        self._found_text = typed
+        if found is None:
+            c.set_focus(None)
+            self.info.setText(f"no {lv.x_titles[0]} token “{typed.strip()}”" if typed.strip() else self.info.text())
+            return None
+        y = c._y(found.row)
+        self.scroller.ensureVisible(int(c._x_left()), int(y), 0, int(self.scroller.viewport().height() * 0.4))
+        c.set_focus("query", found.row)
+        if found.count > 1:
+            self.info.setText(f"{found.nth} of {found.count} · {self.info.text()}")
+        return found
 
     def export_target(self):
         self.ensure_built()
@@ -283,3 +309,8 @@ class TokenLinksView(View):
         ):
             text = vm.row_story(lv.block.result, lv.block, int(lv.q_pos[i]))  # the token it reads → the word it chose
         self.info.setText(f"{side} {text}: {len(self.canvas.visible_links())} links")
+
+
+def _positions(lv: vm.LinksView) -> list[int]:
+    """The query rows' model positions (the rows' own indices where the view names none)."""
+    return [int(p) for p in lv.q_pos] if lv.q_pos is not None else list(range(len(lv.q_labels)))
