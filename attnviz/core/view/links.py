@@ -90,7 +90,8 @@ def _top_of_rows(m: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarra
     kth = np.partition(v, n - k, axis=1)[:, n - k, None]  # each row's k-th largest
     take = v > kth
     tied = v == kth
-    room = k - np.count_nonzero(take, axis=1)  # how many of the row's ties at the k-th largest are taken, leftmost first
+    # how many of the row's ties at the k-th largest are taken, leftmost first
+    room = k - np.count_nonzero(take, axis=1)
     for i in np.nonzero(np.count_nonzero(tied, axis=1) > room)[0]:  # rows with more ties than room (a flat row, zeros)
         tied[i, np.nonzero(tied[i])[0][room[i] :]] = False
     r, c = np.nonzero(take | tied)
