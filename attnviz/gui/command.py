@@ -10,6 +10,7 @@ from attnviz.core.notice import say
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM
 from attnviz.runtime.commands.common import (
     MAX_TOKENS_HELP,
+    TEXT_FILE_HELP,
     DeprecatedAlias,
     SeveralImages,
     SeveralTexts,
@@ -39,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="input text; again for several candidate texts, each scored against the image (a dual encoder: CLIP, "
         "SigLIP; the text box shows them between ';')",
     )
+    p.add_argument("--text-file", metavar="FILE", help=TEXT_FILE_HELP)
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
     p.add_argument(
         "--image",
