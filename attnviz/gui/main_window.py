@@ -783,6 +783,11 @@ class MainWindow(QMainWindow):
                 style = held.overview_style(self.session.blocks, sel.block)
             if view is self.overview and self.session.ablation.off:  # the switched-off heads' crosses too
                 style = self.session.ablation.overview_style(self.session.blocks, sel.block, style)
+            zoomed = self.head_map.heatmap.visible_span() if view is self.head_map else None
+            if zoomed is not None:  # a zoomed-in Head map exports what it shows, as `figure --span --key-span` draws
+                from attnviz.figures.spec import FigureStyle
+
+                style = FigureStyle(span=zoomed[0], key_span=zoomed[1])
             self._start_export(lambda: render_and_save(result, name, sel, path, style), path)
             return
         try:

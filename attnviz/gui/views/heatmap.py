@@ -440,6 +440,20 @@ class HeatmapWidget(QWidget):
             self.vb.setRange(QRectF(k0, r0, kw, FIND_SPAN), padding=0)
         self.set_hover(row, col)
 
+    def visible_span(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """The positions a zoomed-in view shows, ``((first row, last row), (first key, last key))`` as the model
+        counts them (``figure --span`` / ``--key-span``); None when the whole map is in view."""
+        mv = self.mv
+        if mv is None:
+            return None
+        tq, tk = mv.matrix.shape
+        (x0, x1), (y0, y1) = self.vb.viewRange()
+        r0, r1 = max(0, math.floor(y0 + 1e-6)), min(tq, math.ceil(y1 - 1e-6))
+        k0, k1 = max(0, math.floor(x0 + 1e-6)), min(tk, math.ceil(x1 - 1e-6))
+        if (r0, r1, k0, k1) == (0, tq, 0, tk) or r1 <= r0 or k1 <= k0:
+            return None
+        return (int(mv.q_pos[r0]), int(mv.q_pos[r1 - 1])), (int(mv.k_pos[k0]), int(mv.k_pos[k1 - 1]))
+
     # -- hover -------------------------------------------------------------------
     def describe(self, row: int, col: int) -> str:
         mv = self.mv
