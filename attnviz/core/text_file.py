@@ -8,13 +8,15 @@ tokenizer would make a token of a trailing newline); then it is the command's ``
 
 from __future__ import annotations
 
+import argparse
+
 from attnviz import AttnvizError
 
 # far past any model's positions (a 32,768-token context is about 150 kB of English): a bigger file is not a text
 MAX_TEXT_FILE_BYTES = 64 * 2**20
 
 
-def text_from_file(args) -> None:
+def text_from_file(args: argparse.Namespace) -> None:
     """Set ``args.text`` from ``args.text_file`` where one is given; AttnvizError naming the fix otherwise."""
     path = getattr(args, "text_file", None)
     if path is None:
