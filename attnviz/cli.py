@@ -21,6 +21,7 @@ from attnviz import AttnvizError, __version__
 from attnviz.core.interrupts import TERMINATED_EXIT, Terminated, terminate_as_interrupt, terminated
 from attnviz.core.leaving import set_leaves_at_once
 from attnviz.core.limits import set_memory_cap
+from attnviz.core.text_file import text_from_file
 from attnviz.core.writes import command_scope
 
 # name -> module implementing it (registry, not if/elif)
@@ -233,6 +234,7 @@ def _run_command(args: argparse.Namespace) -> int:
     previous_term = None if getattr(args, "_own_signals", False) else terminate_as_interrupt()
     try:
         set_memory_cap(args.max_memory)  # before any model opens: child processes inherit it
+        text_from_file(args)  # --text-file: its text is the command's --text from here on
         with command_scope():  # the inputs a command declares (core.writes.guard) are its own
             return int(args._run(args) or 0)
     except AttnvizError as e:

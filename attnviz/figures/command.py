@@ -54,6 +54,8 @@ _SPEC_ARGS = (
     "picture",
     "image_from",
     "frame",
+    "span",
+    "key_span",
 )
 
 
@@ -73,6 +75,14 @@ def _layer_range(text: str) -> tuple[int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"layer range must look like 2-5, not {text!r}") from None
     return lo, hi
+
+
+def _span(text: str) -> list[int]:
+    try:
+        lo, hi = (int(t) for t in text.split("-", 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"positions must look like 300-399, not {text!r}") from None
+    return [lo, hi]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -177,6 +187,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="heatmap of a vision tower that runs each tile / image by itself (Idefics3, SmolVLM, Qwen2-VL's images): "
         "draw frame N's map (from 1, as the Head map's frame box lists them; default the first)",
+    )
+    view.add_argument(
+        "--span",
+        type=_span,
+        metavar="LO-HI",
+        help="heatmap / alignment: draw only query positions LO..HI (from 0, as --query counts them; a "
+        "self-attention map's keys too): a window of a long map, its tokens all labelled",
+    )
+    view.add_argument(
+        "--key-span",
+        dest="key_span",
+        type=_span,
+        metavar="LO-HI",
+        help="heatmap / alignment: draw only key positions LO..HI (default: --span's for a self-attention map, "
+        "else every key)",
     )
     view.add_argument(
         "--image-from",

@@ -27,6 +27,8 @@ VIEW_HELP = {
 }
 VIEWS = FIGURE_VIEWS  # VIEW_HELP describes each, in this order (tests/core/test_view_names.py)
 
+# the views that draw a map of positions, which --span / --key-span cut a window of
+SPAN_VIEWS = ("heatmap", "alignment")
 # column widths of common two-column paper templates, inches
 WIDTH_PRESETS = {"single": 3.5, "double": 7.16}
 AGGREGATES = ("mean", "max", "min", "rollout")
@@ -48,6 +50,10 @@ class FigureStyle:
     title: str | None = None  # None: automatic (model and the view model's title); "": no title
     vmax: float | None = None  # top of the colour scale; None: the largest weight shown
     font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
+    # heatmap / alignment: only query positions span[0]..span[1] (inclusive; a self-attention map's keys too) and
+    # key positions key_span[0]..key_span[1]; None: all (core/view/span.py)
+    span: tuple[int, int] | None = None
+    key_span: tuple[int, int] | None = None
     # overview only: this layer's heads alone, as a near-square grid (the window's overview shows every layer;
     # a paper may want one).  Not in a recipe: `figure --view overview --layer L` sets it
     only_layer: int | None = None
@@ -83,6 +89,19 @@ STYLE_FIELDS = tuple(
 MAX_TITLE_CHARS = 1000  # a figure title, a line or a few; far past any caption a page can hold
 
 
+def check_span(flag: str, span) -> None:
+    """A window of positions: two whole numbers, 0 <= LO <= HI (None: no window)."""
+    if span is None:
+        return
+    try:
+        lo, hi = (int(v) for v in span)
+        ok = [lo, hi] == list(span) and 0 <= lo <= hi
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise AttnvizError(f"{flag} {span!r}: give positions LO-HI, 0 <= LO <= HI (e.g. {flag} 300-399)", param="span")
+
+
 def check_style(st) -> None:
     """The style fields of a FigureStyle or a FigureSpec; AttnvizError naming the fix."""
     if st.width is not None and st.width not in WIDTH_PRESETS:
@@ -95,6 +114,8 @@ def check_style(st) -> None:
         raise AttnvizError(f"font size {st.font_size} is out of range; use 3..30 pt")
     if st.vmax is not None and not float(st.vmax) > 0:
         raise AttnvizError(f"vmax {st.vmax} must be > 0")
+    for flag, span in (("--span", st.span), ("--key-span", st.key_span)):
+        check_span(flag, span)
     if st.title is not None and len(st.title) > MAX_TITLE_CHARS:
         # matplotlib lays a title out glyph by glyph: a hand-edited recipe's 1 MB title ran two minutes, not drawn
         raise AttnvizError(
@@ -147,6 +168,10 @@ class FigureSpec:
     # None: stretched to the map, linear, as every image figure was drawn before there was a choice (its recipe's
     # `scale` and `log` were not read), so such a recipe draws the same bytes; `figure --view image` records it
     image_scale: str | None = None
+    # heatmap / alignment: a window of query positions [LO, HI] (a self-attention map's keys too), and of key
+    # positions; None: the whole map (a recipe without them)
+    span: list[int] | None = None
+    key_span: list[int] | None = None
 
     def __post_init__(self):
         self.validate()
@@ -166,6 +191,12 @@ class FigureSpec:
             if self.agg is not None:
                 raise AttnvizError("give heads or an aggregate, not both", param="aggregate")
         check_style(self)
+        if (self.span is not None or self.key_span is not None) and self.view not in SPAN_VIEWS:
+            raise AttnvizError(
+                f"--span and --key-span cut a map's positions: the {self.view} view has none to cut; use --view "
+                f"{' or --view '.join(SPAN_VIEWS)}",
+                param="span",
+            )
         if not (0.0 < float(self.keep) <= 1.0):
             raise AttnvizError(f"keep {self.keep} is out of range; use a mass fraction in (0, 1], e.g. 0.9")
         if self.step is not None and int(self.step) < 0:
@@ -193,12 +224,13 @@ class FigureSpec:
     @property
     def style(self) -> FigureStyle:
         only = self.layer if self.view == "overview" else None
-        return FigureStyle(**{k: getattr(self, k) for k in STYLE_FIELDS}, only_layer=only)
+        spans = {k: tuple(getattr(self, k)) if getattr(self, k) is not None else None for k in ("span", "key_span")}
+        return FigureStyle(**{k: getattr(self, k) for k in STYLE_FIELDS} | spans, only_layer=only)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         # not chosen: the recipe as it was before there was a choice
-        for key in ("picture", "image_from", "frame", "image_scale"):
+        for key in ("picture", "image_from", "frame", "image_scale", "span", "key_span"):
             if d[key] is None:
                 del d[key]
         return d

@@ -10,6 +10,7 @@ from attnviz.core.notice import say
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, SCALES
 from attnviz.runtime.commands.common import (
     MAX_TOKENS_HELP,
+    TEXT_FILE_HELP,
     DeprecatedAlias,
     SeveralImages,
     SeveralTexts,
@@ -39,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="input text; again for several candidate texts, each scored against the image (a dual encoder: CLIP, "
         "SigLIP; the text box shows them between ';')",
     )
+    p.add_argument("--text-file", metavar="FILE", help=TEXT_FILE_HELP)
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
     p.add_argument(
         "--image",
@@ -73,6 +75,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_variant_argument(p)
     p.add_argument(
         "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)"
+    )
+    p.add_argument(
+        "--memory",
+        choices=("auto", "dense", "ondemand"),
+        default="auto",
+        help="dense keeps all maps; ondemand keeps Q/K and recomputes a head when it is shown (long inputs); auto "
+        "(default) picks by memory, as extract and figure do",
     )
     p.add_argument(
         "--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit"
@@ -324,6 +333,7 @@ def run(args) -> int:
     if args.tokenizer:
         win.tokenizer = Path(args.tokenizer)
     win.variant = args.variant
+    win.memory = args.memory
     if args.max_seconds:  # the input panel's field (shown once a speech model opens)
         win.inputs.set_values(max_seconds=args.max_seconds)
     if args.screenshot:  # the window's message becomes this command's line: it names the flags it was given

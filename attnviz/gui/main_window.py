@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from pathlib import Path
@@ -101,6 +102,8 @@ class MainWindow(QMainWindow):
         self.last_export: Path | None = None
         self.tokenizer: Path | None = None  # a tokenizer.json the user chose (else: metadata / beside the model)
         self.variant: str | None = None  # a Hub repository's quantized siblings (attnviz open --variant)
+        # how a run keeps its maps (attnviz open --memory; no control in the window): auto picks by the estimate
+        self.memory = "auto"
 
         # views
         self.tabs = QTabWidget()
@@ -570,6 +573,8 @@ class MainWindow(QMainWindow):
             if request is None:
                 with worded(self.wording):  # the fields' own check (beams without generate) names the fields
                     request = self.inputs.request()
+            if request.mode == "auto" and self.memory != "auto":
+                request = dataclasses.replace(request, mode=self.memory)
         except AttnvizError as e:
             self.show_error(str(e), param=e.param)
             return
@@ -781,6 +786,13 @@ class MainWindow(QMainWindow):
                 style = held.overview_style(self.session.blocks, sel.block)
             if view is self.overview and self.session.ablation.off:  # the switched-off heads' crosses too
                 style = self.session.ablation.overview_style(self.session.blocks, sel.block, style)
+            zoomed = self.head_map.heatmap.visible_span() if view is self.head_map else None
+            if zoomed is not None:  # a zoomed-in Head map exports what it shows, as `figure --span --key-span` draws
+                from dataclasses import replace
+
+                from attnviz.figures.spec import FigureStyle
+
+                style = replace(style or FigureStyle(), span=zoomed[0], key_span=zoomed[1])
             style = with_width(style, self.settings)  # File ▸ Export width
             self._start_export(lambda: render_and_save(result, name, sel, path, style), path)
             return

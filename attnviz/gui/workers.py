@@ -75,7 +75,7 @@ class Worker(QRunnable):
     def _progress(self, percent: int, text: str = "") -> None:
         if self._cancel.is_set():
             raise Cancelled("cancelled")
-        self.signals.progress.emit(self.request_id, int(percent), str(text))
+        _tell(self.signals.progress, self.request_id, int(percent), str(text))
 
     def run(self) -> None:  # called on a pool thread
         from attnviz.runtime.host import cancel_scope
@@ -89,11 +89,22 @@ class Worker(QRunnable):
             # the window prints this under ATTNVIZ_DEBUG=1 after the exception crossed threads, where
             # format_exc() no longer can; an ad-hoc attribute on a foreign exception, which typeshed has no slot for
             e.__attnviz_traceback__ = traceback.format_exc()  # type: ignore[attr-defined]
-            self.signals.errored.emit(rid, e)
+            _tell(self.signals.errored, rid, e)
         else:
-            self.signals.returned.emit(rid, out)
+            _tell(self.signals.returned, rid, out)
         finally:
-            self.signals.finished.emit(rid)
+            _tell(self.signals.finished, rid)
+
+
+def _tell(signal, *args) -> None:
+    """Emit ``signal`` unless its window is gone: a job still running when the window closed (it waits 5 s for
+    them; the head statistics of a 4,096-token map kept per head take longer) found its signals deleted, and Qt
+    printed the RuntimeError's traceback on the terminal as the process ended.  Nobody is left to tell."""
+    try:
+        signal.emit(*args)
+    except RuntimeError as e:
+        if "deleted" not in str(e):
+            raise
 
 
 class WorkerPool(QObject):

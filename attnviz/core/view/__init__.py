@@ -27,6 +27,7 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.frame_map` -- the Head map: a tower's frames one frame at a time (:func:`head_map`), else compute_map
 - :mod:`.links` -- token links (a tower's frames: the Head map's frame)
 - :mod:`.compare` -- two models compared: B's map of A's selection, and A − B
+- :mod:`.span` -- a window of positions cut out of a map (figures' ``--span``); :mod:`.find` -- a token by text or position
 
 Callers import from the package (``from attnviz.core import view as vm``); a test that patches a module-level
 setting patches the submodule that reads it (``attnviz.core.view.overview.POOL_THREADS_FROM``).
@@ -73,6 +74,7 @@ from attnviz.core.view.defaults import (
     default_image_base,
     default_selection,
 )
+from attnviz.core.view.find import Found, find_token
 from attnviz.core.view.frame_map import (
     check_frame,
     frame_names,
@@ -196,6 +198,7 @@ from attnviz.core.view.selection import (
     map_inputs,
     result_blocks,
 )
+from attnviz.core.view.span import span_map
 from attnviz.core.view.steps import (
     NEXT_WORD,
     generation_rows,
@@ -229,6 +232,7 @@ __all__ = [
     "DIFF_FLOOR",
     "DIFF_TITLE",
     "DIVERGENCE_COLOURS",
+    "Found",
     "GLOBAL_PANEL",
     "HEAD_COLOURS",
     "HeatScale",
@@ -282,6 +286,7 @@ __all__ = [
     "check_frame",
     "series_dots",
     "shown_frame",
+    "find_token",
     "frame_names",
     "head_map",
     "heat_scale",
@@ -353,6 +358,7 @@ __all__ = [
     "query_names",
     "query_place",
     "query_tip",
+    "span_map",
     "step_query",
     "words_query",
     "step_rows",

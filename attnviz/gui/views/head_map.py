@@ -5,7 +5,7 @@ compared (File ▸ Compare with…), model A's map, model B's, or A − B on a d
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QVBoxLayout, QWidget
 
 from attnviz.app.compare import SHOWN
 from attnviz.core import view as vm
@@ -20,6 +20,7 @@ class HeadMapView(View):
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
         self._last_shape = None
+        self._found_text: str | None = None  # what the find box last went to (Enter again: its next row)
         session.comparison_changed.connect(self._on_comparison)
 
     def build(self) -> None:
@@ -37,13 +38,32 @@ class HeadMapView(View):
         )
         self.frame_box.currentIndexChanged.connect(self._on_frame)
         self.frame_row = _labelled_row("frame:", self.frame_box)  # shown only for a tower's frames
+        self.find_box = find_box(self.go_to_token)
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
+        lay.addWidget(_labelled_row("find:", self.find_box, shown=True))
         lay.addWidget(self.show_row)
         lay.addWidget(self.frame_row)
         lay.addWidget(self.heatmap)
         self.show_box.currentIndexChanged.connect(lambda _i: self.refresh() if self.isVisible() else None)
         self.show_row.setVisible(self.session.comparison is not None)
+
+    def go_to_token(self, typed: str) -> vm.Found | None:
+        """Go to the row ``typed`` names (a token's text or a position; again: its next occurrence)."""
+        hm = self.heatmap
+        if hm.mv is None:
+            return None
+        start = hm.hover[0] + 1 if typed == self._found_text else 0
+        found = vm.find_token(hm.mv.q_labels, hm.mv.q_pos, typed, start)
+        self._found_text = typed
+        if found is None:
+            hm.set_hover(-1, -1)
+            hm.hover_label.setText(f"no {hm.mv.y_title} row holds “{typed.strip()}”" if typed.strip() else " ")
+            return None
+        hm.go_to(found.row)
+        if found.count > 1:
+            hm.hover_label.setText(f"{found.nth} of {found.count} · {hm.hover_label.text()}")
+        return found
 
     def _on_comparison(self) -> None:
         if self.built:  # else build() shows the row as the comparison then stands
@@ -89,13 +109,29 @@ class HeadMapView(View):
         self._last_shape = key
 
 
-def _labelled_row(label: str, box: QWidget) -> QWidget:
-    """A hidden row above the map: ``label`` then ``box``, left-aligned (the view shows it when it applies)."""
+def find_box(go) -> QLineEdit:
+    """The find box above a long map: Enter calls ``go(typed)`` (Head map and Token links alike)."""
+    box = QLineEdit()
+    box.setPlaceholderText("a token or a position (Enter: go there; again: the next)")
+    box.setToolTip(
+        "find a row: a token's text (no case, no word markers) or its position as the hover read-out counts it "
+        "(300 or #300); Enter again goes to the token's next occurrence"
+    )
+    box.setClearButtonEnabled(True)
+    box.setMaximumWidth(360)
+    box.returnPressed.connect(lambda: go(box.text()))
+    return box
+
+
+def _labelled_row(label: str, box: QWidget, shown: bool = False) -> QWidget:
+    """A row above the map: ``label`` then ``box``, left-aligned; hidden unless ``shown`` (the view shows it
+    when it applies)."""
     row = QWidget()
     lay = QHBoxLayout(row)
     lay.setContentsMargins(0, 0, 0, 0)
     lay.addWidget(QLabel(label))
     lay.addWidget(box)
     lay.addStretch(1)
-    row.hide()
+    if not shown:
+        row.hide()  # (not setVisible(True) when shown: a widget without a parent yet would open as a window)
     return row

@@ -173,6 +173,9 @@ def screen_cells() -> int:
 # turn or a drag sends dozens of range changes, each re-pool reads up to the whole map
 REPOOL_DELAY_MS = 80
 
+# rows a found token's view shows (HeatmapWidget.go_to): its neighbours each side, every label drawn
+FIND_SPAN = 32
+
 
 class HeatmapWidget(QWidget):
     """Draws a :class:`MapView`; rows are queries (top to bottom), columns keys.
@@ -416,6 +419,40 @@ class HeatmapWidget(QWidget):
             return
         self.mark_box.setRect(QRectF(0, row, self.mv.matrix.shape[1], 1))
         self.mark_box.show()
+
+    def go_to(self, row: int) -> None:
+        """Show query row ``row`` (a found token): a map longer than :data:`FIND_SPAN` rows zooms to that many
+        around it (a self-attention map's keys alike, another map's keys as they are), and the row is highlighted
+        with its strongest key and read out as a hover would."""
+        mv = self.mv
+        if mv is None or not 0 <= row < mv.matrix.shape[0]:
+            return
+        tq, tk = mv.matrix.shape
+        weights = np.nan_to_num(np.asarray(mv.matrix[row], np.float64), nan=-np.inf)
+        col = int(np.argmax(weights)) if tk else 0
+        if tq > FIND_SPAN:
+            r0 = max(0, min(row - FIND_SPAN // 2, tq - FIND_SPAN))
+            if mv.block is not None and mv.block.kind == "self" and tq == tk:
+                k0, kw = r0, FIND_SPAN
+            else:
+                (x0, x1), _ = self.vb.viewRange()
+                k0, kw = x0, x1 - x0
+            self.vb.setRange(QRectF(k0, r0, kw, FIND_SPAN), padding=0)
+        self.set_hover(row, col)
+
+    def visible_span(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """The positions a zoomed-in view shows, ``((first row, last row), (first key, last key))`` as the model
+        counts them (``figure --span`` / ``--key-span``); None when the whole map is in view."""
+        mv = self.mv
+        if mv is None:
+            return None
+        tq, tk = mv.matrix.shape
+        (x0, x1), (y0, y1) = self.vb.viewRange()
+        r0, r1 = max(0, math.floor(y0 + 1e-6)), min(tq, math.ceil(y1 - 1e-6))
+        k0, k1 = max(0, math.floor(x0 + 1e-6)), min(tk, math.ceil(x1 - 1e-6))
+        if (r0, r1, k0, k1) == (0, tq, 0, tk) or r1 <= r0 or k1 <= k0:
+            return None
+        return (int(mv.q_pos[r0]), int(mv.q_pos[r1 - 1])), (int(mv.k_pos[k0]), int(mv.k_pos[k1 - 1]))
 
     # -- hover -------------------------------------------------------------------
     def describe(self, row: int, col: int) -> str:

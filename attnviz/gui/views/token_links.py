@@ -11,6 +11,7 @@ from attnviz.core import view as vm
 from attnviz.core.view_names import tab_title
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
+from attnviz.gui.views.head_map import find_box
 
 ROW_H = 22  # the smallest row pitch (px): a label's height
 MAX_ROW_H = 44  # a short input spreads its rows over the panel up to this pitch (then the lines stay readable)
@@ -41,6 +42,7 @@ class LinksCanvas(QWidget):
         self.font_ = QFont()
         self.font_.setPointSize(10)
         self._col_w = 80
+        self._measured: tuple[list[str], list[str]] | None = None  # the labels _col_w was measured for
 
     def set_data(self, lv: vm.LinksView) -> None:
         """Draw the view model's :class:`~attnviz.core.view.LinksView` (the figure draws the same links)."""
@@ -51,8 +53,10 @@ class LinksCanvas(QWidget):
         self.top_k = vm.LINKS_PER_ROW
         self._vmax = 1.0  # link weights are already relative to the top weight
         n = max(len(self.q_labels), len(self.k_labels))
-        fm = QFontMetrics(self.font_)
-        self._col_w = min(160, max([fm.horizontalAdvance(s) for s in self.q_labels + self.k_labels] + [30]) + 12)
+        if (self.q_labels, self.k_labels) != self._measured:  # a head switch keeps the tokens: measured once
+            fm = QFontMetrics(self.font_)
+            self._col_w = min(160, max([fm.horizontalAdvance(s) for s in self.q_labels + self.k_labels] + [30]) + 12)
+            self._measured = (self.q_labels, self.k_labels)
         self.setMinimumHeight(n * ROW_H + 2 * ROW_H)
         self.setMinimumWidth(2 * self._col_w + 160)
         if self.focus is not None:
@@ -116,10 +120,27 @@ class LinksCanvas(QWidget):
     def leaveEvent(self, ev):
         self.set_focus(None)
 
+    def rows_in(self, top: float, bottom: float) -> range:
+        """The token rows (either column) any part of which lies between ``top`` and ``bottom`` (px)."""
+        rh = self._row_h()
+        n = max(len(self.q_labels), len(self.k_labels))
+        # row i spans rh * (i + 1) .. rh * (i + 2): the column titles take the first row's height
+        return range(max(0, int(top // rh) - 1), max(0, min(n, int(bottom // rh))))
+
+    def links_in(self, top: float, bottom: float) -> list[tuple[int, int, int, float]]:
+        """The visible links whose line passes between ``top`` and ``bottom`` (px), a line's width either side."""
+        rh, pad = self._row_h(), 4.0
+        lo, hi = top - pad - 1.5 * rh, bottom + pad - 1.5 * rh  # _y(i) = rh * i + 1.5 * rh
+        return [lk for lk in self.visible_links() if min(lk[1], lk[2]) * rh <= hi and max(lk[1], lk[2]) * rh >= lo]
+
     def paintEvent(self, ev):
+        # only what the scroll area shows: 4,096 tokens are 8,192 labels and up to 49,152 links, all painted on
+        # every head switch (61 ms a paint at 2,048 tokens) though a screen shows some forty rows
+        area = ev.rect()
+        top, bottom = float(area.top()), float(area.bottom() + 1)
         p = QPainter(self)
         p.setRenderHint(QPainter.Antialiasing)
-        p.fillRect(self.rect(), QColor("white"))
+        p.fillRect(area, QColor("white"))
         p.setFont(self.font_)
         xl, xr = self._x_left(), self._x_right()
         p.setPen(QColor("#555"))
@@ -133,7 +154,7 @@ class LinksCanvas(QWidget):
             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
             f" {self.titles[1]}",
         )
-        for li, i, j, w in self.visible_links():
+        for li, i, j, w in self.links_in(top, bottom):
             c = QColor(self.layers[li][0])
             a = min(1.0, w / self._vmax)
             c.setAlphaF(vm.link_alpha(a))
@@ -142,18 +163,19 @@ class LinksCanvas(QWidget):
             p.setPen(pen)
             p.drawLine(QPointF(xl + 4, self._y(i)), QPointF(xr - 4, self._y(j)))
         focus = self.focus
+        rh = self._row_h()
+        rows = self.rows_in(top, bottom)
         for side, labels, x0, align in (
             ("query", self.q_labels, self._x0(), Qt.AlignmentFlag.AlignRight),
             ("key", self.k_labels, xr, Qt.AlignmentFlag.AlignLeft),
         ):
-            for i, s in enumerate(labels):
-                rh = self._row_h()
+            for i in rows[: max(0, len(labels) - rows.start)]:
                 r = QRectF(x0 + (0 if side == "query" else 6), rh * (i + 1), self._col_w - 6, rh)
                 hot = focus is not None and focus == (side, i)
                 if hot:
                     p.fillRect(r, QColor(255, 230, 150))
                 p.setPen(QColor("black"))
-                p.drawText(r, align | Qt.AlignmentFlag.AlignVCenter, s)
+                p.drawText(r, align | Qt.AlignmentFlag.AlignVCenter, labels[i])
         p.end()
 
 
@@ -166,6 +188,7 @@ class TokenLinksView(View):
         self.checked: set[int] = set()
         self._layer_key = None
         self.lv: vm.LinksView | None = None  # what the canvas draws
+        self._found_text: str | None = None  # what the find box last went to (Enter again: its next row)
 
     def build(self) -> None:
         self.canvas = LinksCanvas()
@@ -175,16 +198,40 @@ class TokenLinksView(View):
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.canvas)
+        self.scroller = scroll
+        self.find_box = find_box(self.go_to_token)
         top = QHBoxLayout()
         top.addWidget(QLabel("heads:"))
         top.addLayout(self.heads_bar)
         top.addStretch(1)
+        top.addWidget(QLabel("find:"))
+        top.addWidget(self.find_box)
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
         lay.addWidget(self.info)
         lay.addWidget(scroll, 1)
         self.canvas.hovered.connect(self._on_hover)
+
+    def go_to_token(self, typed: str) -> vm.Found | None:
+        """Scroll to the query token ``typed`` names (text or position; again: its next occurrence) and show only
+        its links, as hovering it does."""
+        lv, c = self.lv, self.canvas
+        if lv is None:
+            return None
+        again = typed == self._found_text and c.focus is not None and c.focus[0] == "query"
+        found = vm.find_token(lv.q_labels, _positions(lv), typed, c.focus[1] + 1 if again and c.focus else 0)
+        self._found_text = typed
+        if found is None:
+            c.set_focus(None)
+            self.info.setText(f"no {lv.x_titles[0]} token “{typed.strip()}”" if typed.strip() else self.info.text())
+            return None
+        y = c._y(found.row)
+        self.scroller.ensureVisible(int(c._x_left()), int(y), 0, int(self.scroller.viewport().height() * 0.4))
+        c.set_focus("query", found.row)
+        if found.count > 1:
+            self.info.setText(f"{found.nth} of {found.count} · {self.info.text()}")
+        return found
 
     def export_target(self):
         self.ensure_built()
@@ -262,3 +309,8 @@ class TokenLinksView(View):
         ):
             text = vm.row_story(lv.block.result, lv.block, int(lv.q_pos[i]))  # the token it reads → the word it chose
         self.info.setText(f"{side} {text}: {len(self.canvas.visible_links())} links")
+
+
+def _positions(lv: vm.LinksView) -> list[int]:
+    """The query rows' model positions (the rows' own indices where the view names none)."""
+    return [int(p) for p in lv.q_pos] if lv.q_pos is not None else list(range(len(lv.q_labels)))

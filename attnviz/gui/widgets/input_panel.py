@@ -87,6 +87,10 @@ def takes_image_and_text(model: AttnModel | None) -> bool:
     return model is not None and model.kind == "vision" and "tokens" in set(model.roles.values())
 
 
+# the text boxes' length cap: Qt's largest (its default, 32,767 characters, cut long documents without a word)
+TEXT_MAX_CHARS = 2**31 - 1
+
+
 class InputPanel(QWidget):
     """Signals: ``run_requested()`` (the window then asks :meth:`request` for what to run); ``cancel_requested()``."""
 
@@ -99,6 +103,10 @@ class InputPanel(QWidget):
         self.text.setPlaceholderText(TEXT_HINT)
         self.text_pair = QLineEdit()
         self.text_pair.setPlaceholderText("optional second sentence")
+        for box in (self.text, self.text_pair):
+            # Qt's default cap (32,767 characters) silently cut a pasted or `open --text` long document, about
+            # 7,000 tokens of English: the run was of another text than the one given, and nothing said so
+            box.setMaxLength(TEXT_MAX_CHARS)
         self.image = QLineEdit()
         self.image.setPlaceholderText("image file for vision / captioning models (several: a.png; b.png)")
         self.browse = QPushButton("…")

@@ -60,6 +60,12 @@ class SeveralTexts(SeveralImages):
     each scored against the one image)."""
 
 
+# (`attnviz open` takes it too: gui/command.py)
+TEXT_FILE_HELP = (
+    "the text read from a UTF-8 file, as --text takes it (a long document: one argument stops at 128 KiB on Linux)"
+)
+
+
 def add_input_arguments(
     p: argparse.ArgumentParser, model_required: bool = True, several_images: bool = False, several_texts: bool = False
 ) -> None:
@@ -82,6 +88,7 @@ def add_input_arguments(
     src.add_argument(
         "--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders"
     )
+    src.add_argument("--text-file", metavar="FILE", help=TEXT_FILE_HELP)
     if several_images:
         src.add_argument(
             "--image",

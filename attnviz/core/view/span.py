@@ -1,0 +1,60 @@
+"""A window of positions cut out of a map (``attnviz figure --span LO-HI``): a 2,048-token head map printed whole
+is a page of cells each thinner than a line, its labels one in sixteen; a paper shows the stretch it discusses.
+
+Positions are the map's own (``MapView.q_pos`` / ``k_pos``: what ``--query`` and the window's hover read-out
+count), so a window means the same tokens whether special tokens are hidden or not.  A self-attention map's keys
+take the rows' window unless a key window is given; a cross-attention map's keys (another sequence) stay whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core.view.maps import MapView
+
+
+def _kept(pos: np.ndarray, span: tuple[int, int], what: str, flag: str) -> np.ndarray:
+    lo, hi = span
+    keep = (np.asarray(pos) >= lo) & (np.asarray(pos) <= hi)
+    if not keep.any():
+        shown = f"{int(np.min(pos))}-{int(np.max(pos))}" if len(pos) else "none"
+        raise AttnvizError(
+            f"{flag} {lo}-{hi} holds none of the map's {what} positions ({shown}); give a range within them",
+            param="span",
+        )
+    return keep
+
+
+def span_map(mv: MapView, rows: tuple[int, int] | None, keys: tuple[int, int] | None = None) -> MapView:
+    """``mv`` cut to query positions ``rows`` and key positions ``keys`` (inclusive; None: all, except a
+    self-attention map's keys, which take ``rows``), its title saying which."""
+    if rows is None and keys is None:
+        return mv
+    self_map = mv.block is not None and mv.block.kind == "self"
+    if keys is None and self_map:
+        keys = rows
+    q = _kept(mv.q_pos, rows, "query", "--span") if rows is not None else np.ones(len(mv.q_pos), bool)
+    k = _kept(mv.k_pos, keys, "key", "--key-span" if keys != rows or not self_map else "--span") if keys else None
+    if k is None:
+        k = np.ones(len(mv.k_pos), bool)
+    said = []
+    if rows is not None:
+        said.append(f"positions {rows[0]}–{rows[1]}" if keys == rows else f"{mv.y_title} {rows[0]}–{rows[1]}")
+    if keys is not None and keys != rows:
+        said.append(f"{mv.x_title} {keys[0]}–{keys[1]}")
+    qi, ki = np.nonzero(q)[0], np.nonzero(k)[0]
+    return replace(
+        mv,
+        matrix=mv.matrix[np.ix_(qi, ki)],
+        q_labels=[mv.q_labels[i] for i in qi],
+        k_labels=[mv.k_labels[i] for i in ki],
+        q_pos=np.asarray(mv.q_pos)[qi],
+        k_pos=np.asarray(mv.k_pos)[ki],
+        q_special=[mv.q_special[i] for i in qi] if mv.q_special else [],
+        k_special=[mv.k_special[i] for i in ki] if mv.k_special else [],
+        k_values=[mv.k_values[i] for i in ki] if mv.k_values is not None else None,
+        title=" · ".join([mv.title, *said]),
+    )

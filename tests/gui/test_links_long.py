@@ -1,0 +1,71 @@
+"""Token links of a long input paints only what its scroll area shows: 600 tokens are 1,200 labels and up to
+7,200 links, all painted on every head switch before, though a screen shows some forty rows.  What is painted
+must not change: a part of the canvas (as the scroll area asks for it) is, pixel for pixel, what painting every
+label and every link gives there, at the top, in the middle and at the end.  (Against the whole canvas rendered
+at once the pixels of long antialiased lines differ a little whichever way it is painted, so the reference is
+the same part with nothing left out.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QRect
+from PySide6.QtGui import QImage, QRegion
+
+from attnviz.core import view as vm
+from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
+from attnviz.gui.views.token_links import LinksCanvas
+
+T = 600
+
+
+def _links_view() -> vm.LinksView:
+    rng = np.random.default_rng(26)
+    x = rng.standard_normal((1, 2, T, T)).astype(np.float32) * 3
+    i = np.arange(T)
+    x[0, :, i, np.maximum(i - 1, 0)] += 6  # a previous-token head: short links
+    x[0, 1, :, 0] += 5  # and a sink: links from every row to the first token, crossing every band
+    m = np.exp(x - x.max(-1, keepdims=True))
+    m /= m.sum(-1, keepdims=True)
+    site = SiteInfo("encoder", "self", 0, 2, "softmax_0", "softmax")
+    result = AttentionResult([DenseMap(m)], [site], tokens=TokenAxis([f"t{i}" for i in range(T)]))
+    return vm.links_view(result, vm.Selection(mode="head", heads=(0, 1)))
+
+
+def _image(canvas: LinksCanvas, region: QRect) -> QImage:
+    img = QImage(canvas.size(), QImage.Format.Format_ARGB32)
+    img.fill(0xFF808080)  # grey: where nothing was painted
+    canvas.render(img, region.topLeft(), QRegion(region))  # the part alone, as a scroll area's paint asks for it
+    return img.copy(region)
+
+
+@pytest.fixture
+def canvas(qtbot):
+    c = LinksCanvas()
+    qtbot.addWidget(c)
+    c.resize(700, 400)
+    c.set_data(_links_view())
+    c.resize(700, c.minimumHeight())
+    return c
+
+
+@pytest.mark.parametrize("top", [0, 3000, 13244 - 300])
+def test_a_part_is_painted_as_with_nothing_left_out(canvas, top, monkeypatch):
+    part = QRect(0, top, canvas.width(), 300)
+    shown = _image(canvas, part)
+    assert len(canvas.rows_in(top, top + 300)) < 20  # some rows of 600, the rest left out
+    monkeypatch.setattr(canvas, "rows_in", lambda a, b: range(T))
+    monkeypatch.setattr(canvas, "links_in", lambda a, b: canvas.visible_links())
+    assert _image(canvas, part) == shown
+
+
+def test_only_the_rows_shown_are_painted(canvas):
+    rh = canvas._row_h()
+    rows = canvas.rows_in(3000, 3300)
+    # row i lies between rh * (i + 1) and rh * (i + 2): by hand, those that reach into 3000..3300
+    shown = [i for i in range(T) if rh * (i + 2) > 3000 and rh * (i + 1) < 3300]
+    assert set(shown) <= set(rows) and len(rows) <= len(shown) + 2
+    lines = canvas.links_in(3000, 3300)
+    ys = {lk: (canvas._y(lk[1]), canvas._y(lk[2])) for lk in canvas.links}
+    crossing = [lk for lk, (a, b) in ys.items() if min(a, b) <= 3300 and max(a, b) >= 3000]
+    assert set(crossing) <= set(lines) and len(lines) < len(canvas.links) / 2  # the sink's long lines, the rest near
