@@ -270,10 +270,16 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
 def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: Path, top: int, over: str) -> None:
     """The heads that moved most, the outputs' differences and the sites not compared; ``over``: what the
     measures are over (a corpus run says how many items)."""
-    first = sorted(heads, key=lambda r: (-r["js_divergence"], r["stack"], r["kind"], r["layer"], r["head"]))
+    # only heads whose weights moved: a head with |Δ| 0 listed as "most changed" (a model against itself, a change
+    # planted in one late head) reads as a change that is not there
+    moved = [r for r in heads if r["max_abs_diff"] > 0 or r["js_divergence"] > 0]
+    first = sorted(moved, key=lambda r: (-r["js_divergence"], r["stack"], r["kind"], r["layer"], r["head"]))
     sites = len({(r["stack"], r["kind"], r["layer"]) for r in heads})
     print(f"compared {len(heads)} heads of {sites} sites{over} -> {out / HEADS}")
-    print("most changed (JS divergence, bits; largest |Δ|; top-1 agreement):")
+    if not moved:
+        print("no head changed: every compared head's weights are the same in A and B (|Δ| 0)")
+    else:
+        print("most changed (JS divergence, bits; largest |Δ|; top-1 agreement):")
     for r in first[:top]:
         print(
             f"  {r['stack']} {r['kind']} {r['layer']}:{r['head']}  JS {r['js_divergence']:.4f}  "
