@@ -182,6 +182,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
 
     from attnviz import AttnvizError, __version__
     from attnviz.core.writes import guard
+    from attnviz.corpus.compare_run import side_error
     from attnviz.corpus.items import sha256_model
     from attnviz.runtime import open_model
     from attnviz.runtime.commands.common import request_from_args
@@ -230,9 +231,12 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     # every map is compared: on-demand recompute would materialise them anyway
     req = dataclasses.replace(request_from_args(args), feeds=feeds, mode="dense")
     results = []
-    for path, variant in ((args.model, args.variant_a), (args.other, args.variant_b)):
-        m = open_model(path, provider=args.provider, tokenizer=args.tokenizer, variant=variant)
-        results.append(m.analyze_request(req))
+    for side, path, variant in (("A", args.model, args.variant_a), ("B", args.other, args.variant_b)):
+        try:
+            m = open_model(path, provider=args.provider, tokenizer=args.tokenizer, variant=variant)
+            results.append(m.analyze_request(req))
+        except AttnvizError as e:  # "this model's positions stop at 128": which of the two
+            raise side_error(side, path, e) from None
     ra, rb = results
     if args.generate and ra.info.get("generated_ids") != rb.info.get("generated_ids"):
         raise AttnvizError(

@@ -203,6 +203,24 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     )
 
 
+def side_error(side: str, path, e: AttnvizError) -> AttnvizError:
+    """``e`` from one of the two models, saying which ("this model's positions stop at 128": A's or B's?)."""
+    p = Path(path)
+    named = f"{p.parent.name}/{p.name}" if p.name == "model.onnx" and p.parent.name else p.name
+    return AttnvizError(f"model {side} ({named}): {e}", param=e.param)
+
+
+def _each(models, encode) -> list:
+    """``encode(model)`` of A and of B, an error naming the model it came from."""
+    out = []
+    for side, m in zip("AB", models):
+        try:
+            out.append(encode(m))
+        except AttnvizError as e:
+            raise side_error(side, m.path, e) from None
+    return out
+
+
 def _check_models(cfg: CompareCorpusConfig, models) -> str:
     """Both models' kind, which must be one text kind a corpus handles (probed: head counts are read)."""
     from attnviz.corpus.plan import check_model
@@ -318,7 +336,7 @@ def _truncation(cfg: CompareCorpusConfig, kind: str, cuts: dict[int, Read], side
 def _plan_pairs(models, kind, items, batch_size, heads, max_tokens=None) -> tuple:
     from attnviz.corpus import pairs
 
-    ea, eb = (pairs.encode_pairs(m, items, max_tokens=max_tokens) for m in models)
+    ea, eb = _each(models, lambda m: pairs.encode_pairs(m, items, max_tokens=max_tokens))
     src = [m.tokenizers[0] for m in models]
     tgt = [m.tokenizers[1] or m.tokenizers[0] for m in models]
     same = True
@@ -337,7 +355,7 @@ def _plan_text(models, kind, items, batch_size, heads, max_tokens=None) -> tuple
     from attnviz.corpus.plan import encode_items, has_mask, plan_text
 
     ma, mb = models
-    ea, eb = encode_items(ma, items, max_tokens=max_tokens), encode_items(mb, items, max_tokens=max_tokens)
+    ea, eb = _each(models, lambda m: encode_items(m, items, max_tokens=max_tokens))
     decoder = kind == "decoder"
     toks = [(m.tokenizers[1] or m.tokenizers[0]) if decoder else m.tokenizers[0] for m in models]
     same = np.array_equal(ea.offsets, eb.offsets) and np.array_equal(ea.ids, eb.ids)

@@ -1,0 +1,111 @@
+"""What a researcher meets comparing and ablating real checkpoints (cmpaudit26, on all-MiniLM-L6-v2 and its
+quantize_dynamic copy), reproduced on tiny graphs.
+
+- A model against itself, or a change planted in one head: "most changed" lists only heads whose weights moved
+  (before, the K first heads in table order were printed as the "most changed" with JS 0 and |Δ| 0).
+- A problem in one of the two models (a token id past B's vocabulary) says which model: A or B, and its file.
+- Two models whose heads differ at every site: one short line naming the head counts and the fix, not every site.
+- ``--heads "encoder self 1:*"``: every head of a layer, as a user asks for "a layer's heads".
+"""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+from onnx_builders import VOCAB, tiny_text_model
+from test_compare import TEXT, _run
+
+
+def _listed(out: str) -> list[str]:
+    return [line.split("  JS")[0].strip() for line in out.splitlines() if line.startswith("  ") and " JS " in line]
+
+
+def test_a_model_against_itself_lists_no_head_as_changed(tmp_path, capsys):
+    a = tiny_text_model(tmp_path / "a.onnx", layers=2, heads=2, d=8)
+    rc, out, err = _run(["compare", str(a), str(a), "--text", TEXT, "--out", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    assert _listed(out) == []
+    assert "no head changed" in out
+    rows = pq.read_table(tmp_path / "c" / "heads.parquet").to_pylist()
+    assert len(rows) == 4 and all(r["max_abs_diff"] == 0.0 for r in rows)  # the table still holds every head
+
+
+def test_only_the_heads_that_moved_are_listed(tmp_path, capsys):
+    import onnx
+    from onnx import numpy_helper
+
+    a = tiny_text_model(tmp_path / "a.onnx", layers=2, heads=2, d=8, seed=5)
+    m = onnx.load(a)
+    w = next(i for i in m.graph.initializer if i.name == "Wq1")
+    arr = numpy_helper.to_array(w).copy()
+    arr[:, 4:8] *= 4.0  # layer 1 head 1 only: the last layer, so no other head's input moves
+    w.CopyFrom(numpy_helper.from_array(arr, "Wq1"))
+    b = tmp_path / "b.onnx"
+    onnx.save(m, b)
+    rc, out, err = _run(["compare", str(a), str(b), "--text", TEXT, "--out", str(tmp_path / "c"), "--top", "4"], capsys)
+    assert rc == 0, err
+    rows = pq.read_table(tmp_path / "c" / "heads.parquet").to_pylist()
+    moved = [f"{r['stack']} {r['kind']} {r['layer']}:{r['head']}" for r in rows if r["max_abs_diff"] > 0]
+    assert moved == ["encoder self 1:1"]
+    assert _listed(out) == moved
+
+
+def test_a_problem_in_model_b_names_b(tmp_path, capsys):
+    a = tiny_text_model(tmp_path / "a.onnx", layers=1, heads=2, d=8)
+    b = tiny_text_model(tmp_path / "small_vocab.onnx", layers=1, heads=2, d=8, vocab=VOCAB[:8])
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, input_ids=np.array([[1, 3, 11, 2]], np.int64))  # id 11 is in A's vocabulary, past B's 8
+    rc, _, err = _run(["compare", str(a), str(b), "--inputs", str(feeds), "--out", str(tmp_path / "c")], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "model B (small_vocab.onnx)" in err and "out of range" in err
+    rc, _, err = _run(["compare", str(b), str(a), "--inputs", str(feeds), "--out", str(tmp_path / "c")], capsys)
+    assert rc == 2 and "model A (small_vocab.onnx)" in err
+
+
+def test_heads_that_differ_at_every_site_are_one_short_line(tmp_path, capsys):
+    a = tiny_text_model(tmp_path / "a.onnx", layers=3, heads=2, d=8)
+    b = tiny_text_model(tmp_path / "b.onnx", layers=3, heads=4, d=8)
+    rc, _, err = _run(["compare", str(a), str(b), "--text", TEXT, "--out", str(tmp_path / "c")], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "2 heads in A, 4 in B" in err and "same architecture" in err
+    assert err.count("L1") == 0 and len(err) < 300  # not every site spelled out
+
+
+def test_a_layer_star_ablates_every_head_of_that_layer(tmp_path, capsys):
+    a = tiny_text_model(tmp_path / "a.onnx", layers=2, heads=2, d=8, seed=1)
+    star = tmp_path / "star"
+    rc, _, err = _run(["ablate", str(a), "--text", TEXT, "--heads", "encoder self 1:*", "--out", str(star)], capsys)
+    assert rc == 0, err
+    listed = tmp_path / "listed"
+    rc, _, err = _run(
+        ["ablate", str(a), "--text", TEXT, "--heads", "encoder self 1:0,encoder self 1:1", "--out", str(listed)], capsys
+    )
+    assert rc == 0, err
+    rs = pq.read_table(star / "heads.parquet").to_pylist()
+    rl = pq.read_table(listed / "heads.parquet").to_pylist()
+    assert [(r["layer"], r["head"]) for r in rs] == [(1, 0), (1, 1)]
+    assert rs == rl  # the same joint ablation, named two ways
+    assert rs[0]["ablated_together"] == 2 and rs[0]["ablation_max_dlogit"] > 0
+    joint = json.loads((star / "run.json").read_text())
+    assert joint["heads"] == "encoder self 1:*" or "1:*" in json.dumps(joint)
+
+
+def test_a_corpus_item_past_b_s_positions_names_b(planted, tmp_path, capsys):
+    """A reads 24 positions, B (A's position table cut to 16 rows) 16: an item of 20 tokens is B's problem."""
+    import onnx
+    from onnx import numpy_helper
+
+    a, _ = planted
+    m = onnx.load(a)
+    t = next(i for i in m.graph.initializer if i.name == "pos_table")
+    t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t)[:16].copy(), "pos_table"))
+    b = tmp_path / "short.onnx"
+    onnx.save(m, b)
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat\n" + " ".join(["the cat"] * 9) + "\n")  # 5 and 20 tokens
+    argv = ["compare", str(a), str(b), "--texts", str(texts), "--out", str(tmp_path / "c"), "--workers", "1"]
+    rc, _, err = _run(argv + ["--no-progress"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "model B (short.onnx)" in err and "stop at 16" in err and "--max-tokens 16" in err
+    rc, _, err = _run(["compare", str(a), str(b), "--text", texts.read_text().splitlines()[1], "--out", str(tmp_path / "d")], capsys)
+    assert rc == 2 and "model B (short.onnx)" in err and "stop at 16" in err
