@@ -137,6 +137,9 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
             unmatched.append(f"{s.label}: only in A")
             continue
         a, b = m.array(), other[1].array()
+        if a.shape[1] != b.shape[1]:  # worded as the corpus form words it (compare_run.match_sites)
+            unmatched.append(f"{s.label}: {a.shape[1]} heads in A, {b.shape[1]} in B")
+            continue
         if a.shape != b.shape:
             unmatched.append(f"{s.label}: maps {list(a.shape)} in A, {list(b.shape)} in B ([batch, heads, query, key])")
             continue
@@ -165,6 +168,18 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
         o = output_difference(name, va, vb, rows)
         outputs.append({"name": o.name, "max_abs_diff": o.max_abs_diff, "kl_bits": o.kl_bits})
     return Comparison(heads, outputs, unmatched)
+
+
+def no_shared_site(unmatched: list[str], b: str = "B") -> str:
+    """The one line for two models with no site in common.  The same reason at every site (MiniLM's 12 heads
+    against a 6-head copy: six times "12 heads in A, 6 in B") is said once; else the first three, and the fix."""
+    fix = "compare two checkpoints of the same architecture (the same layers, and heads per layer)"
+    why = [u.split(": ", 1)[-1] for u in unmatched]
+    if why and all(w == why[0] for w in why):
+        where = "at its one site" if len(why) == 1 else f"at all {len(why)} sites"
+        return f"A and {b} share no attention site to compare: {why[0]} {where}; {fix}"
+    shown = "; ".join(unmatched[:3]) + (f"; and {len(unmatched) - 3} more" if len(unmatched) > 3 else "")
+    return f"A and {b} share no attention site to compare ({shown}); {fix}"
 
 
 def write(out: Path, comp: Comparison, run: dict) -> None:
@@ -245,7 +260,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         )
     comp = compare_results(ra, rb, feeds)
     if not comp.heads:
-        raise AttnvizError(f"A and B share no attention site to compare ({'; '.join(comp.unmatched)})")
+        raise AttnvizError(no_shared_site(comp.unmatched))
     run_info = {
         "models": {
             "A": {"path": str(args.model), "sha256": sha256_model(args.model), "variant": args.variant_a or "full"},

@@ -132,7 +132,9 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     kind = _check_models(cfg, models)
     matched, unmatched = match_sites(models[0].sites, models[1].sites)
     if not matched:
-        raise AttnvizError(f"A and B share no attention site to compare ({'; '.join(unmatched)})")
+        from attnviz.corpus.compare import no_shared_site
+
+        raise AttnvizError(no_shared_site(unmatched))
     names = {o.name for o in models[1].outputs}
     outputs = tuple(o.name for o in models[0].outputs if o.name in names)
     items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
