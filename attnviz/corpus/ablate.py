@@ -53,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     which.add_argument(
         "--heads",
         metavar="SPEC",
-        help="heads switched off together: 'STACK KIND LAYER:HEAD,...', e.g. 'encoder self 2:5,decoder cross 0:1'",
+        help="heads switched off together: 'STACK KIND LAYER:HEAD,...', e.g. 'encoder self 2:5,decoder cross 0:1'; "
+        "'encoder self 2:*': every head of that layer",
     )
     which.add_argument("--all-heads", action="store_true", help="every head alone, one at a time")
     p.add_argument(

@@ -87,7 +87,7 @@ def test_a_layer_star_ablates_every_head_of_that_layer(tmp_path, capsys):
     assert rs == rl  # the same joint ablation, named two ways
     assert rs[0]["ablated_together"] == 2 and rs[0]["ablation_max_dlogit"] > 0
     joint = json.loads((star / "run.json").read_text())
-    assert joint["heads"] == "encoder self 1:*" or "1:*" in json.dumps(joint)
+    assert joint["joint"]["heads"] == ["encoder self 1:0", "encoder self 1:1"]  # the heads the star stood for
 
 
 def test_a_corpus_item_past_b_s_positions_names_b(planted, tmp_path, capsys):
@@ -109,3 +109,11 @@ def test_a_corpus_item_past_b_s_positions_names_b(planted, tmp_path, capsys):
     assert "model B (short.onnx)" in err and "stop at 16" in err and "--max-tokens 16" in err
     rc, _, err = _run(["compare", str(a), str(b), "--text", texts.read_text().splitlines()[1], "--out", str(tmp_path / "d")], capsys)
     assert rc == 2 and "model B (short.onnx)" in err and "stop at 16" in err
+
+
+def test_a_layer_star_names_its_problems_in_one_line(tmp_path, capsys):
+    a = tiny_text_model(tmp_path / "a.onnx", layers=2, heads=2, d=8)
+    for spec, said in (("encoder self 5:*", "no site encoder self L5"), ("encoder self 1:x", "'encoder self 2:*'")):
+        rc, _, err = _run(["ablate", str(a), "--text", TEXT, "--heads", spec, "--out", str(tmp_path / "o")], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and said in err, err
+
