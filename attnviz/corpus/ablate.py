@@ -212,7 +212,8 @@ def run_corpus(args) -> int:
         f"{count(run['items'], 'item')}{'' if args.all_heads else ' together'} -> {r.out / HEADS}{base}"
     )
     top = sorted(r.rows, key=lambda x: (-(x["ablation_kl"] or 0.0), -x["ablation_max_dlogit"]))
-    print(f"heads that matter most (mean KL(base ‖ ablated), bits; Δloss, nats; max |Δ{run['output']}|):")
+    measures = {"ablation_kl": "mean KL(base ‖ ablated), bits", "ablation_delta_loss": "Δloss, nats"}
+    print(f"heads that matter most ({_measured(r.rows, measures, run['output'])}):")
     for x in top[: args.top]:
         kl = f"KL {x['ablation_kl']:.4g}  " if x["ablation_kl"] is not None else ""
         dl = f"Δloss {x['ablation_delta_loss']:+.4g}  " if x["ablation_delta_loss"] is not None else ""
@@ -353,7 +354,8 @@ def run_one(args) -> int:
             print(f"generated (ablated): {' '.join(joint['generated'] or [])}")
     else:
         top = sorted(rows, key=lambda r: (-(r["ablation_kl"] or 0.0), -r["ablation_max_dlogit"]))
-        print(f"heads that matter most (KL(base ‖ ablated), bits; max |Δ{ab.output}|):")
+        measured = _measured(rows, {"ablation_kl": "KL(base ‖ ablated), bits"}, ab.output)
+        print(f"heads that matter most ({measured}):")
         for r in top[: args.top]:
             kl = f"KL {r['ablation_kl']:.4g}  " if r["ablation_kl"] is not None else ""
             flags = " prediction changed" if r["prediction_changed"] else ""
@@ -362,3 +364,10 @@ def run_one(args) -> int:
     for line in refused:
         print(f"not ablated: {line}")
     return 0
+
+
+def _measured(rows: list[dict], measures: dict[str, str], output: str) -> str:
+    """The printed heads' measures, those the rows have: a feature output (an encoder's last_hidden_state) has no
+    KL or loss, and a header naming them over lines without them sent a user looking for the missing numbers."""
+    said = [words for key, words in measures.items() if any(r.get(key) is not None for r in rows)]
+    return "; ".join([*said, f"max |Δ{output}|"])

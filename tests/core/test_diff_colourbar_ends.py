@@ -56,5 +56,7 @@ def test_the_compare_figure_labels_both_ends_of_its_difference_bar(tmp_path):
     top = float(np.abs(ra.maps[0].array()[0, 0] - rb.maps[0].array()[0, 0]).max())
     assert hi == pytest.approx(top, rel=1e-6) and lo == -hi
     cb = diff.colorbar.ax
-    shown = {round(float(t), 9): x.get_text().replace("\u2212", "-") for t, x in zip(cb.get_yticks(), cb.get_yticklabels())}
+    shown = {
+        round(float(t), 9): x.get_text().replace("\u2212", "-") for t, x in zip(cb.get_yticks(), cb.get_yticklabels())
+    }
     assert shown[round(hi, 9)] == f"{hi:.3g}" and shown[round(lo, 9)] == f"-{hi:.3g}"

@@ -107,7 +107,9 @@ def test_a_corpus_item_past_b_s_positions_names_b(planted, tmp_path, capsys):
     rc, _, err = _run(argv + ["--no-progress"], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "model B (short.onnx)" in err and "stop at 16" in err and "--max-tokens 16" in err
-    rc, _, err = _run(["compare", str(a), str(b), "--text", texts.read_text().splitlines()[1], "--out", str(tmp_path / "d")], capsys)
+    rc, _, err = _run(
+        ["compare", str(a), str(b), "--text", texts.read_text().splitlines()[1], "--out", str(tmp_path / "d")], capsys
+    )
     assert rc == 2 and "model B (short.onnx)" in err and "stop at 16" in err
 
 
@@ -117,3 +119,34 @@ def test_a_layer_star_names_its_problems_in_one_line(tmp_path, capsys):
         rc, _, err = _run(["ablate", str(a), "--text", TEXT, "--heads", spec, "--out", str(tmp_path / "o")], capsys)
         assert rc == 2 and len(err.strip().splitlines()) == 1 and said in err, err
 
+
+def _features_model(path):
+    """The tiny LM with its output renamed ``last_hidden_state``: features, as all-MiniLM-L6-v2's export gives."""
+    import onnx
+
+    m = onnx.load(tiny_text_model(path, layers=1, heads=2, d=8, classifier=False, seed=2))
+    for n in m.graph.node:
+        n.output[:] = ["last_hidden_state" if o == "logits" else o for o in n.output]
+    m.graph.output[0].name = "last_hidden_state"
+    onnx.save(m, path)
+    return path
+
+
+def test_the_ablation_header_names_only_the_measures_printed(tmp_path, capsys):
+    feats = _features_model(tmp_path / "feats.onnx")
+    rc, out, err = _run(["ablate", str(feats), "--text", TEXT, "--all-heads", "--out", str(tmp_path / "f")], capsys)
+    assert rc == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("heads that matter most"))
+    assert header == "heads that matter most (max |Δlast_hidden_state|):"
+    assert pq.read_table(tmp_path / "f" / "heads.parquet").column("ablation_kl").null_count == 2  # no KL to name
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat\na dog ran home\n")
+    argv = ["ablate", str(feats), "--texts", str(texts), "--all-heads", "--out", str(tmp_path / "fc"), "--workers", "1"]
+    rc, out, err = _run(argv + ["--no-progress"], capsys)
+    assert rc == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("heads that matter most"))
+    assert "KL" not in header and "loss" not in header and "max |Δlast_hidden_state|" in header
+    lm = tiny_text_model(tmp_path / "lm.onnx", layers=1, heads=2, d=8, classifier=False, seed=2)
+    rc, out, err = _run(["ablate", str(lm), "--text", TEXT, "--all-heads", "--out", str(tmp_path / "l")], capsys)
+    assert rc == 0, err
+    assert "heads that matter most (KL(base ‖ ablated), bits; max |Δlogits|):" in out  # logits keep their KL
