@@ -263,8 +263,8 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         raise AttnvizError(no_shared_site(comp.unmatched))
     run_info = {
         "models": {
-            "A": {"path": str(args.model), "sha256": sha256_model(args.model), "variant": args.variant_a or "full"},
-            "B": {"path": str(args.other), "sha256": sha256_model(args.other), "variant": args.variant_b or "full"},
+            "A": _model_info(args.model, args.variant_a, sha256_model(args.model)),
+            "B": _model_info(args.other, args.variant_b, sha256_model(args.other)),
         },
         "input": given_input(args, ("text", "text_pair", "image", "audio", "inputs", "generate")),
         "tokens": list(ra.tokens.labels) if ra.tokens is not None else None,
@@ -284,6 +284,16 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     if drawn:
         print(drawn)
     return 0
+
+
+def _model_info(path, variant: str | None, sha: str) -> dict:
+    """A model's run.json entry.  Its ``variant`` (a folder's set of files, "full" when not chosen) only for a
+    folder: a single file has no siblings to choose from, and "variant": "full" on a quantize_dynamic int8 copy
+    said the opposite of what the file is."""
+    info = {"path": str(path), "sha256": sha}
+    if Path(path).is_dir():
+        info["variant"] = variant or "full"
+    return info
 
 
 def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: Path, top: int, over: str) -> None:

@@ -150,3 +150,17 @@ def test_the_ablation_header_names_only_the_measures_printed(tmp_path, capsys):
     rc, out, err = _run(["ablate", str(lm), "--text", TEXT, "--all-heads", "--out", str(tmp_path / "l")], capsys)
     assert rc == 0, err
     assert "heads that matter most (KL(base ‖ ablated), bits; max |Δlogits|):" in out  # logits keep their KL
+
+
+def test_run_json_gives_a_single_file_no_variant(tmp_path, capsys):
+    """A quantize_dynamic copy is one file: run.json said "variant": "full" of it (a folder's choice of files)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    a = tiny_text_model(tmp_path / "a.onnx", layers=1, heads=2, d=8)
+    q = tmp_path / "a_int8.onnx"
+    quantize_dynamic(str(a), str(q), weight_type=QuantType.QInt8)
+    rc, _, err = _run(["compare", str(a), str(q), "--text", TEXT, "--out", str(tmp_path / "c")], capsys)
+    assert rc == 0, err
+    models = json.loads((tmp_path / "c" / "run.json").read_text())["models"]
+    assert [sorted(models[k]) for k in "AB"] == [["path", "sha256"], ["path", "sha256"]]
+    assert models["B"]["path"] == str(q)
