@@ -60,3 +60,19 @@ def test_the_compare_figure_labels_both_ends_of_its_difference_bar(tmp_path):
         round(float(t), 9): x.get_text().replace("\u2212", "-") for t, x in zip(cb.get_yticks(), cb.get_yticklabels())
     }
     assert shown[round(hi, 9)] == f"{hi:.3g}" and shown[round(lo, 9)] == f"-{hi:.3g}"
+
+
+def test_a_difference_that_is_zero_everywhere_says_so_on_its_bar(tmp_path):
+    """A model against itself: A − B is 0 everywhere, drawn on the ±1e-6 floor scale, whose bar said
+    "(±max |A − B|)" over ticks of 1e-06 — a difference that is not there.  Its words say 0 everywhere instead."""
+    from attnviz.core.view import Selection, compute_diff_map, map_label
+    from attnviz.runtime import open_model
+
+    a = tiny_text_model(tmp_path / "a.onnx", layers=1, heads=2, d=8, seed=5)
+    r = open_model(a, provider="cpu").analyze(text="the cat sat")
+    same = compute_diff_map(r, r, Selection(block=0, layer=0, head=0, mode="head"))
+    assert not np.any(same.matrix) and map_label(same, False).endswith("(0 everywhere: A and B agree)")
+    r2 = open_model(a, provider="cpu").analyze(text="the cat sat")
+    r2.maps[0].array()[0, 0, 0, :] = [0.5, 0.25, 0.25, 0.0, 0.0][: r2.maps[0].array().shape[-1]]
+    moved = compute_diff_map(r, r2, Selection(block=0, layer=0, head=0, mode="head"))
+    assert np.any(moved.matrix) and map_label(moved, False).endswith("(±max |A − B|)")
