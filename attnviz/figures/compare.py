@@ -60,10 +60,9 @@ def draw_compare(result_a: AttentionResult, result_b: AttentionResult, sel: vm.S
     )
     map_h = clamp(nq * min(panel_w / nk, max(pitch, panel_w / nk)), 0.8, 8.0)
     height = title_height(title, fs + 1) + fs * 2 * PT + xlab_in + map_h + 0.15
-    fig = new_figure(style, width, height)
     # a wider gap between panels than one map's: each colour bar's words ("attention weight (fixed 0–1)") sat
     # against the next panel's map and read as that panel's axis title
-    fig.get_layout_engine().set(wspace=0.12)
+    fig = new_figure(style, width, height, wspace=0.12)
     axes = fig.subplots(1, 3, sharey=True)
     for i, (ax, mv, name) in enumerate(zip(axes, maps, PANELS)):
         log = sel.log and not mv.diverging
