@@ -132,7 +132,8 @@ def compare_with(
 ) -> HeldComparison:
     """Run ``model_b`` on ``request`` (what produced ``result_a``) and compare head by head; one message when
     there is nothing to compare (no request, other tokens, other generated words, no shared site)."""
-    from attnviz.corpus.compare import compare_results, no_shared_site
+    from attnviz.corpus.compare import compare_results
+    from attnviz.corpus.compare_words import no_shared_site
     from attnviz.runtime.sample import require_input
 
     name = model_b.name or Path(path_b).name

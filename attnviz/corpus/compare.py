@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.corpus import outfiles
+from attnviz.corpus.compare_words import no_shared_site, side_error
 from attnviz.corpus.config import heads_shown
 from attnviz.corpus.tables import HEADS, RUN, given_input, write_heads
 
@@ -170,18 +171,6 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
     return Comparison(heads, outputs, unmatched)
 
 
-def no_shared_site(unmatched: list[str], b: str = "B") -> str:
-    """The one line for two models with no site in common.  The same reason at every site (MiniLM's 12 heads
-    against a 6-head copy: six times "12 heads in A, 6 in B") is said once; else the first three, and the fix."""
-    fix = "compare two checkpoints of the same architecture (the same layers, and heads per layer)"
-    why = [u.split(": ", 1)[-1] for u in unmatched]
-    if why and all(w == why[0] for w in why):
-        where = "at its one site" if len(why) == 1 else f"at all {len(why)} sites"
-        return f"A and {b} share no attention site to compare: {why[0]} {where}; {fix}"
-    shown = "; ".join(unmatched[:3]) + (f"; and {len(unmatched) - 3} more" if len(unmatched) > 3 else "")
-    return f"A and {b} share no attention site to compare ({shown}); {fix}"
-
-
 def write(out: Path, comp: Comparison, run: dict) -> None:
     """``heads.parquet`` (the head keys and :data:`attnviz.core.compare.MEASURES`) and ``run.json`` into ``out``."""
     from attnviz.core.compare import MEASURES
@@ -197,7 +186,6 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
 
     from attnviz import AttnvizError, __version__
     from attnviz.core.writes import guard
-    from attnviz.corpus.compare_run import side_error
     from attnviz.corpus.items import sha256_model
     from attnviz.runtime import open_model
     from attnviz.runtime.commands.common import request_from_args

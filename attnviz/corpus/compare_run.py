@@ -28,6 +28,7 @@ from attnviz.corpus import items as it
 from attnviz.corpus import outfiles, resume_settings
 from attnviz.corpus.compare_engines import ENGINES, ComparePool
 from attnviz.corpus.compare_reduce import CompareAccumulator, CompareSetup, CompareTask, Matched
+from attnviz.corpus.compare_words import no_shared_site, side_error
 from attnviz.corpus.config import EngineConfig
 from attnviz.corpus.cut import Read
 from attnviz.corpus.stream import MostlyUnknown, unknown_report
@@ -132,8 +133,6 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     kind = _check_models(cfg, models)
     matched, unmatched = match_sites(models[0].sites, models[1].sites)
     if not matched:
-        from attnviz.corpus.compare import no_shared_site
-
         raise AttnvizError(no_shared_site(unmatched))
     names = {o.name for o in models[1].outputs}
     outputs = tuple(o.name for o in models[0].outputs if o.name in names)
@@ -203,13 +202,6 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     return CompareCorpusResult(
         out, rows, out_rows, unmatched, acc.items, acc.next_batch, resumed, time.perf_counter() - t_start, note
     )
-
-
-def side_error(side: str, path, e: AttnvizError) -> AttnvizError:
-    """``e`` from one of the two models, saying which ("this model's positions stop at 128": A's or B's?)."""
-    p = Path(path)
-    named = f"{p.parent.name}/{p.name}" if p.name == "model.onnx" and p.parent.name else p.name
-    return AttnvizError(f"model {side} ({named}): {e}", param=e.param)
 
 
 def _each(models, encode) -> list:
