@@ -164,3 +164,21 @@ def test_run_json_gives_a_single_file_no_variant(tmp_path, capsys):
     models = json.loads((tmp_path / "c" / "run.json").read_text())["models"]
     assert [sorted(models[k]) for k in "AB"] == [["path", "sha256"], ["path", "sha256"]]
     assert models["B"]["path"] == str(q)
+
+
+def test_the_window_s_comparison_says_the_head_counts_in_one_short_line(tmp_path):
+    """File ▸ Compare with… (the Qt-free job the window runs): the same short line as the command line."""
+    import pytest
+
+    from attnviz import AttnvizError
+    from attnviz.app.compare import compare_with
+    from attnviz.runtime import open_model
+    from attnviz.runtime.request import AnalyzeRequest
+
+    a = open_model(tiny_text_model(tmp_path / "a.onnx", layers=2, heads=2, d=8), provider="cpu")
+    b_path = tiny_text_model(tmp_path / "b.onnx", layers=2, heads=4, d=8)
+    req = AnalyzeRequest(text=TEXT)
+    with pytest.raises(AttnvizError) as e:
+        compare_with(open_model(b_path, provider="cpu"), b_path, req, a.analyze_request(req))
+    said = str(e.value)
+    assert "2 heads in A, 4 in B at all 2 sites" in said and "same architecture" in said and "\n" not in said
