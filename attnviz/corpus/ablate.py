@@ -213,12 +213,14 @@ def run_corpus(args) -> int:
     )
     top = sorted(r.rows, key=lambda x: (-(x["ablation_kl"] or 0.0), -x["ablation_max_dlogit"]))
     measures = {"ablation_kl": "mean KL(base ‖ ablated), bits", "ablation_delta_loss": "Δloss, nats"}
-    print(f"heads that matter most ({_measured(r.rows, measures, run['output'])}):")
-    for x in top[: args.top]:
-        kl = f"KL {x['ablation_kl']:.4g}  " if x["ablation_kl"] is not None else ""
-        dl = f"Δloss {x['ablation_delta_loss']:+.4g}  " if x["ablation_delta_loss"] is not None else ""
-        da = f"Δacc {x['ablation_delta_acc']:+.4g}  " if x["ablation_delta_acc"] is not None else ""
-        print(f"  {x['stack']} {x['kind']} {x['layer']}:{x['head']}  {kl}{dl}{da}|Δ| {x['ablation_max_dlogit']:.4g}")
+    if not args.all_heads:  # one joint ablation: its numbers once (every row repeats them), not a ranking of equals
+        print(
+            f"output change, all {len(r.rows)} together ({_measured(r.rows, measures, run['output'])}): {_said(top[0])}"
+        )
+    else:
+        print(f"heads that matter most ({_measured(r.rows, measures, run['output'])}):")
+    for x in top[: args.top] if args.all_heads else []:
+        print(f"  {x['stack']} {x['kind']} {x['layer']}:{x['head']}  {_said(x)}")
     for line in run["not_ablated"]:
         print(f"not ablated: {line}")
     if r.note:
@@ -364,6 +366,14 @@ def run_one(args) -> int:
     for line in refused:
         print(f"not ablated: {line}")
     return 0
+
+
+def _said(x: dict) -> str:
+    """One corpus row's measures as printed: those it has, then its largest |Δ|."""
+    kl = f"KL {x['ablation_kl']:.4g}  " if x["ablation_kl"] is not None else ""
+    dl = f"Δloss {x['ablation_delta_loss']:+.4g}  " if x["ablation_delta_loss"] is not None else ""
+    da = f"Δacc {x['ablation_delta_acc']:+.4g}  " if x["ablation_delta_acc"] is not None else ""
+    return f"{kl}{dl}{da}|Δ| {x['ablation_max_dlogit']:.4g}"
 
 
 def _measured(rows: list[dict], measures: dict[str, str], output: str) -> str:

@@ -182,3 +182,19 @@ def test_the_window_s_comparison_says_the_head_counts_in_one_short_line(tmp_path
         compare_with(open_model(b_path, provider="cpu"), b_path, req, a.analyze_request(req))
     said = str(e.value)
     assert "2 heads in A, 4 in B at all 2 sites" in said and "same architecture" in said and "\n" not in said
+
+
+def test_a_joint_corpus_ablation_prints_its_numbers_once(tmp_path, capsys):
+    """``--heads 'encoder self 1:*' --texts``: one joint ablation.  Its heads were printed as "heads that matter
+    most", each with the same (joint) numbers: a ranking of equals."""
+    a = tiny_text_model(tmp_path / "a.onnx", layers=2, heads=2, d=8, seed=1)
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat\na dog ran home\nthe mat\n")
+    argv = ["ablate", str(a), "--texts", str(texts), "--heads", "encoder self 1:*", "--out", str(tmp_path / "j")]
+    rc, out, err = _run([*argv, "--workers", "1", "--no-progress"], capsys)
+    assert rc == 0, err
+    rows = pq.read_table(tmp_path / "j" / "heads.parquet").to_pylist()
+    assert len(rows) == 2 and rows[0]["ablation_max_dlogit"] == rows[1]["ablation_max_dlogit"] > 0
+    assert "heads that matter most" not in out
+    said = [line for line in out.splitlines() if line.startswith("output change, all 2 together")]
+    assert len(said) == 1 and f"|Δ| {rows[0]['ablation_max_dlogit']:.4g}" in said[0]
