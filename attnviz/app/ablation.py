@@ -51,6 +51,11 @@ class HeadRef:
         return (site.stack, site.kind, int(site.layer), site.tower) == (self.stack, self.kind, self.layer, self.tower)
 
 
+def layer_heads(blocks: list[Block], block: int, layer: int) -> frozenset[HeadRef]:
+    """Every head of the layer at an Overview row ``(block, layer index in the block)``."""
+    return frozenset(head_at(blocks, block, layer, h) for h in range(blocks[block].heads_in(layer)))
+
+
 def head_at(blocks: list[Block], block: int, layer: int, head: int) -> HeadRef:
     """The head at an Overview cell ``(block, layer index in the block, head)`` or a Head stats row."""
     blk = blocks[block]
@@ -66,6 +71,10 @@ class AblationState:
 
     def toggled(self, ref: HeadRef) -> AblationState:
         return AblationState(self.off ^ {ref})
+
+    def layer_toggled(self, refs: frozenset[HeadRef]) -> AblationState:
+        """A layer's heads ``refs`` all off, or all back on when every one of them is off already."""
+        return AblationState(self.off - refs if refs <= self.off else self.off | refs)
 
     def is_off(self, ref: HeadRef) -> bool:
         return ref in self.off

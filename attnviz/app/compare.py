@@ -133,6 +133,7 @@ def compare_with(
     """Run ``model_b`` on ``request`` (what produced ``result_a``) and compare head by head; one message when
     there is nothing to compare (no request, other tokens, other generated words, no shared site)."""
     from attnviz.corpus.compare import compare_results
+    from attnviz.corpus.compare_words import no_shared_site
     from attnviz.runtime.sample import require_input
 
     name = model_b.name or Path(path_b).name
@@ -152,7 +153,7 @@ def compare_with(
         )
     comparison = compare_results(result_a, result_b, _feeds(request))
     if not comparison.heads:
-        raise AttnvizError(f"A and {name} share no attention site to compare ({'; '.join(comparison.unmatched)})")
+        raise AttnvizError(no_shared_site(comparison.unmatched, name))
     return HeldComparison(model_b, Path(path_b), request, result_a, result_b, comparison)
 
 

@@ -53,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     which.add_argument(
         "--heads",
         metavar="SPEC",
-        help="heads switched off together: 'STACK KIND LAYER:HEAD,...', e.g. 'encoder self 2:5,decoder cross 0:1'",
+        help="heads switched off together: 'STACK KIND LAYER:HEAD,...', e.g. 'encoder self 2:5,decoder cross 0:1'; "
+        "'encoder self 2:*': every head of that layer",
     )
     which.add_argument("--all-heads", action="store_true", help="every head alone, one at a time")
     p.add_argument(
@@ -211,12 +212,15 @@ def run_corpus(args) -> int:
         f"{count(run['items'], 'item')}{'' if args.all_heads else ' together'} -> {r.out / HEADS}{base}"
     )
     top = sorted(r.rows, key=lambda x: (-(x["ablation_kl"] or 0.0), -x["ablation_max_dlogit"]))
-    print(f"heads that matter most (mean KL(base ‖ ablated), bits; Δloss, nats; max |Δ{run['output']}|):")
-    for x in top[: args.top]:
-        kl = f"KL {x['ablation_kl']:.4g}  " if x["ablation_kl"] is not None else ""
-        dl = f"Δloss {x['ablation_delta_loss']:+.4g}  " if x["ablation_delta_loss"] is not None else ""
-        da = f"Δacc {x['ablation_delta_acc']:+.4g}  " if x["ablation_delta_acc"] is not None else ""
-        print(f"  {x['stack']} {x['kind']} {x['layer']}:{x['head']}  {kl}{dl}{da}|Δ| {x['ablation_max_dlogit']:.4g}")
+    measures = {"ablation_kl": "mean KL(base ‖ ablated), bits", "ablation_delta_loss": "Δloss, nats"}
+    if not args.all_heads:  # one joint ablation: its numbers once (every row repeats them), not a ranking of equals
+        print(
+            f"output change, all {len(r.rows)} together ({_measured(r.rows, measures, run['output'])}): {_said(top[0])}"
+        )
+    else:
+        print(f"heads that matter most ({_measured(r.rows, measures, run['output'])}):")
+    for x in top[: args.top] if args.all_heads else []:
+        print(f"  {x['stack']} {x['kind']} {x['layer']}:{x['head']}  {_said(x)}")
     for line in run["not_ablated"]:
         print(f"not ablated: {line}")
     if r.note:
@@ -352,7 +356,8 @@ def run_one(args) -> int:
             print(f"generated (ablated): {' '.join(joint['generated'] or [])}")
     else:
         top = sorted(rows, key=lambda r: (-(r["ablation_kl"] or 0.0), -r["ablation_max_dlogit"]))
-        print(f"heads that matter most (KL(base ‖ ablated), bits; max |Δ{ab.output}|):")
+        measured = _measured(rows, {"ablation_kl": "KL(base ‖ ablated), bits"}, ab.output)
+        print(f"heads that matter most ({measured}):")
         for r in top[: args.top]:
             kl = f"KL {r['ablation_kl']:.4g}  " if r["ablation_kl"] is not None else ""
             flags = " prediction changed" if r["prediction_changed"] else ""
@@ -361,3 +366,18 @@ def run_one(args) -> int:
     for line in refused:
         print(f"not ablated: {line}")
     return 0
+
+
+def _said(x: dict) -> str:
+    """One corpus row's measures as printed: those it has, then its largest |Δ|."""
+    kl = f"KL {x['ablation_kl']:.4g}  " if x["ablation_kl"] is not None else ""
+    dl = f"Δloss {x['ablation_delta_loss']:+.4g}  " if x["ablation_delta_loss"] is not None else ""
+    da = f"Δacc {x['ablation_delta_acc']:+.4g}  " if x["ablation_delta_acc"] is not None else ""
+    return f"{kl}{dl}{da}|Δ| {x['ablation_max_dlogit']:.4g}"
+
+
+def _measured(rows: list[dict], measures: dict[str, str], output: str) -> str:
+    """The printed heads' measures, those the rows have: a feature output (an encoder's last_hidden_state) has no
+    KL or loss, and a header naming them over lines without them sent a user looking for the missing numbers."""
+    said = [words for key, words in measures.items() if any(r.get(key) is not None for r in rows)]
+    return "; ".join([*said, f"max |Δ{output}|"])

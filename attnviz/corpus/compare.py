@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.corpus import outfiles
+from attnviz.corpus.compare_words import no_shared_site, side_error
 from attnviz.corpus.config import heads_shown
 from attnviz.corpus.tables import HEADS, RUN, given_input, write_heads
 
@@ -137,6 +138,9 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
             unmatched.append(f"{s.label}: only in A")
             continue
         a, b = m.array(), other[1].array()
+        if a.shape[1] != b.shape[1]:  # worded as the corpus form words it (compare_run.match_sites)
+            unmatched.append(f"{s.label}: {a.shape[1]} heads in A, {b.shape[1]} in B")
+            continue
         if a.shape != b.shape:
             unmatched.append(f"{s.label}: maps {list(a.shape)} in A, {list(b.shape)} in B ([batch, heads, query, key])")
             continue
@@ -230,9 +234,12 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     # every map is compared: on-demand recompute would materialise them anyway
     req = dataclasses.replace(request_from_args(args), feeds=feeds, mode="dense")
     results = []
-    for path, variant in ((args.model, args.variant_a), (args.other, args.variant_b)):
-        m = open_model(path, provider=args.provider, tokenizer=args.tokenizer, variant=variant)
-        results.append(m.analyze_request(req))
+    for side, path, variant in (("A", args.model, args.variant_a), ("B", args.other, args.variant_b)):
+        try:
+            m = open_model(path, provider=args.provider, tokenizer=args.tokenizer, variant=variant)
+            results.append(m.analyze_request(req))
+        except AttnvizError as e:  # "this model's positions stop at 128": which of the two
+            raise side_error(side, path, e) from None
     ra, rb = results
     if args.generate and ra.info.get("generated_ids") != rb.info.get("generated_ids"):
         raise AttnvizError(
@@ -241,11 +248,11 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         )
     comp = compare_results(ra, rb, feeds)
     if not comp.heads:
-        raise AttnvizError(f"A and B share no attention site to compare ({'; '.join(comp.unmatched)})")
+        raise AttnvizError(no_shared_site(comp.unmatched))
     run_info = {
         "models": {
-            "A": {"path": str(args.model), "sha256": sha256_model(args.model), "variant": args.variant_a or "full"},
-            "B": {"path": str(args.other), "sha256": sha256_model(args.other), "variant": args.variant_b or "full"},
+            "A": _model_info(args.model, args.variant_a, sha256_model(args.model)),
+            "B": _model_info(args.other, args.variant_b, sha256_model(args.other)),
         },
         "input": given_input(args, ("text", "text_pair", "image", "audio", "inputs", "generate")),
         "tokens": list(ra.tokens.labels) if ra.tokens is not None else None,
@@ -267,13 +274,29 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     return 0
 
 
+def _model_info(path, variant: str | None, sha: str) -> dict:
+    """A model's run.json entry.  Its ``variant`` (a folder's set of files, "full" when not chosen) only for a
+    folder: a single file has no siblings to choose from, and "variant": "full" on a quantize_dynamic int8 copy
+    said the opposite of what the file is."""
+    info = {"path": str(path), "sha256": sha}
+    if Path(path).is_dir():
+        info["variant"] = variant or "full"
+    return info
+
+
 def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: Path, top: int, over: str) -> None:
     """The heads that moved most, the outputs' differences and the sites not compared; ``over``: what the
     measures are over (a corpus run says how many items)."""
-    first = sorted(heads, key=lambda r: (-r["js_divergence"], r["stack"], r["kind"], r["layer"], r["head"]))
+    # only heads whose weights moved: a head with |Δ| 0 listed as "most changed" (a model against itself, a change
+    # planted in one late head) reads as a change that is not there
+    moved = [r for r in heads if r["max_abs_diff"] > 0 or r["js_divergence"] > 0]
+    first = sorted(moved, key=lambda r: (-r["js_divergence"], r["stack"], r["kind"], r["layer"], r["head"]))
     sites = len({(r["stack"], r["kind"], r["layer"]) for r in heads})
     print(f"compared {len(heads)} heads of {sites} sites{over} -> {out / HEADS}")
-    print("most changed (JS divergence, bits; largest |Δ|; top-1 agreement):")
+    if not moved:
+        print("no head changed: every compared head's weights are the same in A and B (|Δ| 0)")
+    else:
+        print("most changed (JS divergence, bits; largest |Δ|; top-1 agreement):")
     for r in first[:top]:
         print(
             f"  {r['stack']} {r['kind']} {r['layer']}:{r['head']}  JS {r['js_divergence']:.4f}  "

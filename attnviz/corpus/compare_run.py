@@ -28,6 +28,7 @@ from attnviz.corpus import items as it
 from attnviz.corpus import outfiles, resume_settings
 from attnviz.corpus.compare_engines import ENGINES, ComparePool
 from attnviz.corpus.compare_reduce import CompareAccumulator, CompareSetup, CompareTask, Matched
+from attnviz.corpus.compare_words import no_shared_site, side_error
 from attnviz.corpus.config import EngineConfig
 from attnviz.corpus.cut import Read
 from attnviz.corpus.stream import MostlyUnknown, unknown_report
@@ -132,7 +133,7 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     kind = _check_models(cfg, models)
     matched, unmatched = match_sites(models[0].sites, models[1].sites)
     if not matched:
-        raise AttnvizError(f"A and B share no attention site to compare ({'; '.join(unmatched)})")
+        raise AttnvizError(no_shared_site(unmatched))
     names = {o.name for o in models[1].outputs}
     outputs = tuple(o.name for o in models[0].outputs if o.name in names)
     items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
@@ -201,6 +202,17 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     return CompareCorpusResult(
         out, rows, out_rows, unmatched, acc.items, acc.next_batch, resumed, time.perf_counter() - t_start, note
     )
+
+
+def _each(models, encode) -> list:
+    """``encode(model)`` of A and of B, an error naming the model it came from."""
+    out = []
+    for side, m in zip("AB", models):
+        try:
+            out.append(encode(m))
+        except AttnvizError as e:
+            raise side_error(side, m.path, e) from None
+    return out
 
 
 def _check_models(cfg: CompareCorpusConfig, models) -> str:
@@ -318,7 +330,7 @@ def _truncation(cfg: CompareCorpusConfig, kind: str, cuts: dict[int, Read], side
 def _plan_pairs(models, kind, items, batch_size, heads, max_tokens=None) -> tuple:
     from attnviz.corpus import pairs
 
-    ea, eb = (pairs.encode_pairs(m, items, max_tokens=max_tokens) for m in models)
+    ea, eb = _each(models, lambda m: pairs.encode_pairs(m, items, max_tokens=max_tokens))
     src = [m.tokenizers[0] for m in models]
     tgt = [m.tokenizers[1] or m.tokenizers[0] for m in models]
     same = True
@@ -337,7 +349,7 @@ def _plan_text(models, kind, items, batch_size, heads, max_tokens=None) -> tuple
     from attnviz.corpus.plan import encode_items, has_mask, plan_text
 
     ma, mb = models
-    ea, eb = encode_items(ma, items, max_tokens=max_tokens), encode_items(mb, items, max_tokens=max_tokens)
+    ea, eb = _each(models, lambda m: encode_items(m, items, max_tokens=max_tokens))
     decoder = kind == "decoder"
     toks = [(m.tokenizers[1] or m.tokenizers[0]) if decoder else m.tokenizers[0] for m in models]
     same = np.array_equal(ea.offsets, eb.offsets) and np.array_equal(ea.ids, eb.ids)

@@ -50,7 +50,7 @@ def draw_compare(result_a: AttentionResult, result_b: AttentionResult, sel: vm.S
     pitch = fs * LINE * PT
     ylab_in = text_width_in(q_labels, fs) + 0.3
     xlab_in = text_width_in(k_labels, fs) + 0.3
-    gap = CBAR_IN + 0.2  # each panel's colour bar and the space after it
+    gap = CBAR_IN + 0.45  # each panel's colour bar, its words and the space after them (the wspace below)
     width = style.fixed_width or clamp(ylab_in + 3 * (clamp(nk * pitch, 1.2, 4.5) + gap), 4.0, 16.0)
     panel_w = max((width - ylab_in - 3 * gap) / 3, 0.3)
     title = fit_title(
@@ -60,7 +60,9 @@ def draw_compare(result_a: AttentionResult, result_b: AttentionResult, sel: vm.S
     )
     map_h = clamp(nq * min(panel_w / nk, max(pitch, panel_w / nk)), 0.8, 8.0)
     height = title_height(title, fs + 1) + fs * 2 * PT + xlab_in + map_h + 0.15
-    fig = new_figure(style, width, height)
+    # a wider gap between panels than one map's: each colour bar's words ("attention weight (fixed 0–1)") sat
+    # against the next panel's map and read as that panel's axis title
+    fig = new_figure(style, width, height, wspace=0.12)
     axes = fig.subplots(1, 3, sharey=True)
     for i, (ax, mv, name) in enumerate(zip(axes, maps, PANELS)):
         log = sel.log and not mv.diverging

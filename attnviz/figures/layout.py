@@ -156,11 +156,14 @@ def colormap_for(style: FigureStyle, view: str):
     return colormaps[name]
 
 
-def new_figure(spec: FigureStyle, width: float, height: float, constrained: bool = True) -> Figure:
+def new_figure(
+    spec: FigureStyle, width: float, height: float, constrained: bool = True, wspace: float = 0.02
+) -> Figure:
+    """``wspace``: the constrained layout's gap between panels, a fraction of the figure's width."""
     # whole pixels at the asked dpi, so a PNG is exactly round(width_in * dpi) wide
     width = max(1, round(width * spec.dpi)) / spec.dpi
     height = max(1, round(height * spec.dpi)) / spec.dpi
-    engine = ConstrainedLayoutEngine(w_pad=2 * PT, h_pad=2 * PT, wspace=0.02, hspace=0.02) if constrained else None
+    engine = ConstrainedLayoutEngine(w_pad=2 * PT, h_pad=2 * PT, wspace=wspace, hspace=0.02) if constrained else None
     fig = Figure(figsize=(width, height), dpi=spec.dpi, layout=engine)
     FigureCanvasAgg(fig)
     return fig

@@ -10,13 +10,24 @@ from PySide6.QtCore import QPoint
 from PySide6.QtWidgets import QGroupBox, QLabel, QMenu, QPushButton, QVBoxLayout
 
 from attnviz import AttnvizError
-from attnviz.app.ablation import AblationOutcome, AblationState, Ablator, HeadRef, ablate, check_ablatable, head_at
+from attnviz.app.ablation import (
+    AblationOutcome,
+    AblationState,
+    Ablator,
+    HeadRef,
+    ablate,
+    check_ablatable,
+    head_at,
+    layer_heads,
+)
 from attnviz.gui.workers import error_text
 
 if TYPE_CHECKING:
     from attnviz.runtime.request import AnalyzeRequest
 
 OFF_TEXT, ON_TEXT, ALL_ON_TEXT = "Switch head off", "Switch head on", "Switch all heads back on"
+# a layer's every head at once (`attnviz ablate --heads "encoder self 3:*"`): twelve right-clicks before
+LAYER_OFF_TEXT, LAYER_ON_TEXT = "Switch layer off (all its heads)", "Switch layer back on"
 
 
 class AblationPanel(QGroupBox):
@@ -73,6 +84,10 @@ class AblationController:
         toggle = menu.addAction(ON_TEXT if off else OFF_TEXT)
         toggle.setToolTip("run the input again with this head's attention weights × 0 (the file is not changed)")
         toggle.triggered.connect(lambda _=False, ref=ref: self.toggle(ref))
+        layer_refs = layer_heads(s.blocks, block, layer)
+        whole = menu.addAction(LAYER_ON_TEXT if layer_refs <= s.ablation.off else LAYER_OFF_TEXT)
+        whole.setToolTip("every head of this layer together: their attention weights × 0 (the file is not changed)")
+        whole.triggered.connect(lambda _=False, refs=layer_refs: self.toggle_layer(refs))
         back = menu.addAction(ALL_ON_TEXT)
         back.setEnabled(bool(s.ablation.off))
         back.triggered.connect(lambda _=False: self.all_on())
@@ -85,6 +100,13 @@ class AblationController:
     # -- toggles -----------------------------------------------------------------------------
     def toggle(self, ref: HeadRef) -> None:
         """Switch ``ref`` off (or back on) and run the current input with the heads now off."""
+        self._switch(lambda state: state.toggled(ref))
+
+    def toggle_layer(self, refs: frozenset[HeadRef]) -> None:
+        """Switch every head in ``refs`` (one layer's) off together, or back on when all of them are off."""
+        self._switch(lambda state: state.layer_toggled(refs))
+
+    def _switch(self, change) -> None:
         s = self.w.session
         try:
             check_ablatable(s.model, self.w.last_request)
@@ -92,7 +114,7 @@ class AblationController:
             self.w.show_error(str(e))
             return
         previous = (s.ablation, s.ablation_outcome)
-        s.set_ablation(s.ablation.toggled(ref))
+        s.set_ablation(change(s.ablation))
         self._start(self.w.last_request, previous)
 
     def all_on(self) -> None:

@@ -34,10 +34,21 @@ class CompareController:
         window.session.comparison_changed.connect(self._show_indicator)
 
     def actions(self):
-        return [self.w._action("Compare &with… (a second model)", self.dialog), self.stop_action]
+        return [
+            self.w._action("Compare &with… (a second model)", self.dialog),
+            self.w._action("Compare with model fo&lder… (optimum export)", self.folder_dialog),
+            self.stop_action,
+        ]
 
     def dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self.w, "Compare with model", "", "ONNX models (*.onnx);;All files (*)")
+        if path:
+            self.compare_with(path)
+
+    def folder_dialog(self) -> None:
+        # a file dialog cannot pick a folder, and an export folder (encoder + decoder files, a Hub repository's
+        # variants) is one model only as a folder: `attnviz compare A FOLDER` takes it, so the window does too
+        path = QFileDialog.getExistingDirectory(self.w, "Compare with model folder")
         if path:
             self.compare_with(path)
 

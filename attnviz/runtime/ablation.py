@@ -30,6 +30,8 @@ from attnviz.runtime.request import AnalyzeRequest
 # tasks whose output is values, not a distribution's logits (whatever the output is named): no KL, no argmax
 REGRESSION_TASKS = ("forecasting",)
 HEAD_RE = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\d+)\s*:\s*(\d+)\s*$")
+# every head of one layer: "encoder self 3:*" (a researcher's "switch layer 3 off" without typing its 12 heads)
+LAYER_RE = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\d+)\s*:\s*\*\s*$")
 
 
 def parse_heads(spec: str, sites: list[SiteInfo], vision_tower: bool = False) -> dict[int, list[int]]:
@@ -42,23 +44,26 @@ def parse_heads(spec: str, sites: list[SiteInfo], vision_tower: bool = False) ->
     for part in spec.split(","):
         if not part.strip():
             continue
-        m = HEAD_RE.match(part)
+        m = HEAD_RE.match(part) or LAYER_RE.match(part)
         if m is None:
             raise AttnvizError(
-                f"--heads {part.strip()!r}: write each head as 'STACK KIND LAYER:HEAD', e.g. 'encoder self 2:5'"
+                f"--heads {part.strip()!r}: write each head as 'STACK KIND LAYER:HEAD', e.g. 'encoder self 2:5' "
+                "(a layer's every head: 'encoder self 2:*')"
             )
-        stack, kind, layer, head = site_stack(m.group(1), vision_tower), m.group(2), int(m.group(3)), int(m.group(4))
+        stack, kind, layer = site_stack(m.group(1), vision_tower), m.group(2), int(m.group(3))
         i = index.get((stack, kind, layer))
         if i is None:
             raise AttnvizError(
                 f"--heads {part.strip()!r}: the model has no site {m.group(1)} {kind} L{layer}; its sites: {names}"
             )
-        if head >= sites[i].heads:
-            raise AttnvizError(
-                f"--heads {part.strip()!r}: {sites[i].label} has {sites[i].heads} heads (0 to {sites[i].heads - 1})"
-            )
-        if head not in out.setdefault(i, []):
-            out[i].append(head)
+        n = sites[i].heads
+        if m.re is LAYER_RE and not n:
+            raise AttnvizError(f"--heads {part.strip()!r}: {sites[i].label} declares no head count; name its heads")
+        for head in range(n) if m.re is LAYER_RE else [int(m.group(4))]:
+            if n is not None and head >= n:
+                raise AttnvizError(f"--heads {part.strip()!r}: {sites[i].label} has {n} heads (0 to {n - 1})")
+            if head not in out.setdefault(i, []):
+                out[i].append(head)
     if not out:
         raise AttnvizError("--heads names no head; give e.g. 'encoder self 0:1', or use --all-heads")
     return out

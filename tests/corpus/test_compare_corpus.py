@@ -85,7 +85,7 @@ def test_a_model_against_itself_is_zero_everywhere_and_the_files_are_untouched(p
     rc = main(["compare", str(model), str(model), "--texts", str(texts), "--out", str(out), "--batch-size", "8"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
-    assert "over 40 items (5 batches)" in captured.out and "most changed" in captured.out
+    assert "over 40 items (5 batches)" in captured.out and "no head changed" in captured.out
     rows = _table(out)
     assert len(rows) == 8  # 2 layers × 4 heads
     for r in rows:

@@ -34,7 +34,16 @@ def nice_ticks(lo: float, hi: float, n: int = CBAR_TICKS) -> list[float]:
 def scale_ticks(lo: float, hi: float, log: bool) -> list[tuple[float, str]]:
     """A colour bar's ticks as (weight, label), the same on screen and in figures: round values (decades on a log
     scale), and the top of the scale always labelled with its value, so a scale stretched to a map's largest
-    weight says what that weight is (a round tick too close under it gives way)."""
+    weight says what that weight is (a round tick too close under it gives way).  A signed scale symmetric about 0
+    (A − B at ±max |A − B|) is labelled as its mirror image: its bottom says −max as its top says max (before, a
+    0.247 top sat over a -0.2 bottom, and the bar read as lopsided)."""
+    if not log and lo < 0 < hi and math.isclose(-lo, hi, rel_tol=1e-9):
+        upper = [(t, text) for t, text in _top_labelled(lo, hi, False) if t > 0]  # the whole bar's spacing
+        return [(-t, f"-{text}") for t, text in reversed(upper)] + [(0.0, "0")] + upper
+    return _top_labelled(lo, hi, log)
+
+
+def _top_labelled(lo: float, hi: float, log: bool) -> list[tuple[float, str]]:
     ticks = log_ticks(hi) if log else nice_ticks(lo, hi)
     out = [(t, f"{t:g}") for t in ticks]
     if not (math.isfinite(hi) and hi > lo) or (ticks and abs(hi - ticks[-1]) <= 1e-9 * max(1.0, abs(hi))):

@@ -40,6 +40,8 @@ def map_label(mv: MapView, log: bool) -> str:
     """The colour-bar words of a drawn map, screen and figure: a difference says it is one and how it is scaled."""
     if mv.diverging:
         hidden = " (special tokens removed, rows renormalised)" if HIDDEN_NOTE in mv.notes else ""
+        if not np.any(mv.matrix):  # the ±DIFF_FLOOR bar of an all-zero difference read as differences of 1e-6
+            return f"A − B weight{hidden} (0 everywhere: A and B agree)"
         return f"A − B weight{hidden} (±max |A − B|)"
     return notes_label(mv.notes, log, mv.scale)
 

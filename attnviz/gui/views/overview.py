@@ -24,6 +24,8 @@ BLOCK_GAP = 0.9  # least rows of space above a block (grown to fit its title and
 TITLE_PX = 46.0  # pixels needed above a block: head labels plus the block title
 HEAD_LABEL_PX = 20.0  # the head labels' height; the title sits above them
 LAYER_LABEL_PX = 34.0  # room left of the grid for the layer labels ("L11")
+FOCUS = (255, 40, 40)  # the focus frame: what the other views draw
+FOCUS_COMPARING = (30, 120, 255)  # ... while a comparison's red divergence frames are shown
 
 
 def _label_room(blocks) -> float:
@@ -71,11 +73,8 @@ class OverviewView(View):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.info)
         lay.addWidget(self.glw, 1)
-        pen = QPen(QColor(255, 40, 40))
-        pen.setCosmetic(True)
-        pen.setWidthF(2.5)
         self.focus_box = QGraphicsRectItem()
-        self.focus_box.setPen(pen)
+        self._focus_pen(comparing=False)
         self.focus_box.setZValue(20)
         self.vb.addItem(self.focus_box, ignoreBounds=True)
         self.glw.scene().sigMouseClicked.connect(self._on_click)
@@ -193,6 +192,14 @@ class OverviewView(View):
         self.draw_crosses()
         self.update_focus()
 
+    def _focus_pen(self, comparing: bool) -> None:
+        # red frames the focus; while comparing, red is the divergence frames' colour ("darkest red = most"), so the
+        # focus turns blue: a red focus around layer 5 read as "layer 5 diverges most"
+        pen = QPen(QColor(*(FOCUS_COMPARING if comparing else FOCUS)))
+        pen.setCosmetic(True)
+        pen.setWidthF(2.5)
+        self.focus_box.setPen(pen)
+
     def draw_frames(self) -> None:
         """Frame each head the held comparison measured, darker red the more it diverges from model B."""
         c = self.session.comparison
@@ -200,6 +207,7 @@ class OverviewView(View):
         if key == self._frames_for:
             return
         self._frames_for = key
+        self._focus_pen(comparing=c is not None and c.result_a is self.session.result)
         for item in self.frames.values():
             self.vb.removeItem(item)
         self.frames.clear()
