@@ -65,7 +65,7 @@ def spec_of(result: AttentionResult, view: str, sel: vm.Selection, style: Figure
         block=_block(result, sel),
         **heads,
         query=None if sel.query is None else int(sel.query),
-        step=None if sel.step < 0 else int(sel.step),
+        step=None if sel.step < 0 or not result.generated else int(sel.step),  # (a step without words: all rows)
         batch=0,  # the row is picked before drawing (options.batch_index), as `figure --batch-index` does
         keep=float(sel.keep),
         log=bool(sel.log),
