@@ -12,8 +12,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
+
+if TYPE_CHECKING:
+    from attnviz.runtime.request import AnalyzeRequest
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class RunSources:
 
     model: str | None = None  # the model file (or export folder) the window opened
     maps: str | None = None  # or an `attnviz extract` maps file it opened
-    request: object = None  # the AnalyzeRequest the result was run on (None: loaded maps)
+    request: AnalyzeRequest | None = None  # the AnalyzeRequest the result was run on (None: loaded maps)
     provider: str = "auto"
     tokenizer: str | None = None
     variant: str | None = None
@@ -90,9 +94,9 @@ def save_with_recipe(result, view: str, selection, path, figure_style, sources: 
     (the two written together, as `figure` writes them)."""
     from attnviz.core.rows import pick_row
     from attnviz.core.writes import atomic_write_bytes, atomic_write_files
+    from attnviz.figures import encoded_figure, figure_format, render_figure  # (lazily: matplotlib loads with them)
     from attnviz.figures.from_selection import batch_row, recipe_figure
     from attnviz.figures.recipe import RECIPE_FLAG, make_recipe, recipe_bytes, recipe_path_for
-    from attnviz.figures.render import encoded_figure, figure_format, render_figure
 
     path = Path(path)
     rpath = recipe_path_for(path)

@@ -100,7 +100,7 @@ def recipe_figure(
 ) -> RecipeCheck:
     """The spec whose figure, drawn as ``attnviz figure --recipe`` draws it (the batch row picked first, then
     :func:`~attnviz.figures.render.render_spec`), has exactly ``data`` (the window's figure encoded as ``fmt``)."""
-    from attnviz.figures.render import figure_bytes, render_spec
+    from attnviz.figures import figure_bytes, render_spec  # (lazily: matplotlib loads with them)
 
     try:
         spec = spec_of(result, view, sel, style)
