@@ -89,6 +89,15 @@ class WindowExport:
         return f"Exported {self.path}; no recipe: {self.why_not}"
 
 
+def without_recipe(path, why: str) -> WindowExport:
+    """A figure written with no recipe (a comparison's): an earlier export's recipe beside it goes, since it would
+    draw that figure, not this one."""
+    from attnviz.figures.recipe import recipe_path_for
+
+    recipe_path_for(path).unlink(missing_ok=True)
+    return WindowExport(Path(path), None, why)
+
+
 def save_with_recipe(result, view: str, selection, path, figure_style, sources: RunSources) -> WindowExport:
     """Draw the window's figure, write it, and beside it the recipe that draws the same bytes where there is one
     (the two written together, as `figure` writes them)."""
@@ -108,9 +117,7 @@ def save_with_recipe(result, view: str, selection, path, figure_style, sources: 
             raise AttnvizError(check.why_not or "the command line cannot draw this figure")
     except AttnvizError as e:
         atomic_write_bytes(path, data, "")
-        # an earlier export's recipe beside it would draw that figure, not this one
-        rpath.unlink(missing_ok=True)
-        return WindowExport(path, None, str(e))
+        return without_recipe(path, str(e))
     recipe = make_recipe(check.spec, output=path, **keywords)
     info = (pick_row(result, selection.batch) if result.batch_size > 1 else result).info or {}
     recipe["run"] = {"provider_used": info.get("provider")}  # as `figure` records it

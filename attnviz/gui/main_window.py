@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from attnviz import AttnvizError
 from attnviz.app import gold, rules, word_times
 from attnviz.app.compare import save_compared
-from attnviz.app.export_recipe import RunSources, WindowExport, save_with_recipe
+from attnviz.app.export_recipe import RunSources, WindowExport, save_with_recipe, without_recipe
 from attnviz.app.fields import WINDOW
 from attnviz.app.jobs import analyze, open_model_ready
 from attnviz.core.setting_words import Wording, worded
@@ -776,7 +776,8 @@ class MainWindow(QMainWindow):
         if what is not None and view is self.head_map and held is not None and shown != "A":
             sel, blocks = self.session.sel, self.session.blocks  # model B's map, or A − B, as Head map shows it
             style = with_width(None, self.settings)  # File ▸ Export width
-            self._start_export(lambda: save_compared(held, shown, sel, path, blocks, style), path)
+            why = "a comparison with model B is not in a recipe ('attnviz compare --figure' draws one)"
+            self._start_export(lambda: without_recipe(save_compared(held, shown, sel, path, blocks, style), why), path)
             return
         if what is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
             result, (name, sel) = self.session.result, what

@@ -93,3 +93,38 @@ def test_a_run_the_command_line_cannot_repeat_gets_no_recipe(qtbot, window, file
     export(qtbot, w, out)
     assert not stale.exists() and w.last_recipe is None
     assert "no recipe: the model was opened by a stand-in" in w.statusBar().currentMessage()
+
+
+def test_a_beam_of_a_beam_search_regenerates_from_its_batch_row(qtbot, real_window, tmp_path):
+    from gui_helpers import run_and_wait
+
+    w = real_window
+    open_and_wait(qtbot, w, demo("translation"), timeout=60000)
+    run_and_wait(qtbot, w, timeout=60000, generate=4, beams=3)
+    assert w.session.result.batch_size == 3
+    w.select_view("head")
+    w.session.select(batch=2)
+    r = regenerates(qtbot, w, tmp_path / "beam.png")
+    assert r["options"]["batch_index"] == 2 and r["options"]["beams"] == 3 and r["view"]["batch"] == 0
+    w.session.select(batch=0)  # the best beam is another figure: its recipe says row 0
+    assert regenerates(qtbot, w, tmp_path / "best.png")["options"]["batch_index"] == 0
+    assert (tmp_path / "beam.png").read_bytes() != (tmp_path / "best.png").read_bytes()
+
+
+def test_maps_opened_from_a_file_regenerate_from_that_file(qtbot, window, tmp_path):
+    """A window that opened an `attnviz extract` .npz: the recipe names the maps file (figure --maps)."""
+    from attnviz.app.jobs import analyze
+    from attnviz.app.rules import first_input
+    from attnviz.core.io import save_npz
+    from attnviz.runtime import open_model
+    from attnviz.runtime.request import AnalyzeRequest
+
+    model = open_model(demo("translation"))
+    maps = save_npz(analyze(model, AnalyzeRequest(**first_input(model, {}))), tmp_path / "maps.npz")
+    w = window
+    with qtbot.waitSignal(w.result_shown, timeout=30000):
+        w.open_path(maps)
+    w.select_view("links")
+    w.session.select(mode="max", hide_special=True)
+    r = regenerates(qtbot, w, tmp_path / "links.svg")
+    assert r["source"]["maps"]["abs_path"] == str(maps.resolve()) and "model" not in r["source"]
