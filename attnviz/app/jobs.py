@@ -66,12 +66,3 @@ def analyze(
         progress(-1, "preparing thumbnails…")
     thumbnails(result, -1, THUMB)  # kept with the result: the overview's first draw pools nothing
     return result
-
-
-def render_and_save(result, view, selection, path, figure_style=None):
-    """Draw ``view`` of ``result`` for the view model's ``selection`` with :mod:`attnviz.figures` and write it
-    atomically."""
-    from attnviz.figures import render_figure, save_figure
-
-    fig = render_figure(result, view, selection, figure_style)
-    return save_figure(fig, path)

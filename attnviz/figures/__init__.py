@@ -36,6 +36,7 @@ _LAZY = {
     "export_figure": "attnviz.figures.render",
     "figure_bytes": "attnviz.figures.render",
     "figure_format": "attnviz.figures.render",
+    "encoded_figure": "attnviz.figures.render",
     "applicable_views": "attnviz.figures.render",
     "why_not": "attnviz.figures.render",
     "style": "attnviz.figures.render",

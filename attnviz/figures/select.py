@@ -139,9 +139,17 @@ def declared_defaults(result: AttentionResult, spec: FigureSpec) -> tuple[Figure
             # the block the window focuses, every layer of it as the window's overview shows them: a layer given to
             # the overview draws that layer's heads alone (the translation demo's drew "layer 2, all heads")
             chosen.update(layer=None, head=None)
+    elif spec.block is None and spec.view not in VIEW_BLOCKS and default.mode == "head":
+        # a head, layer or aggregate without --block: on the block the window opens on, as without them (the
+        # translation demo's --head 0,1,2 drew the encoder's self-attention, --head alone the decoder's cross)
+        chosen["block"] = default.block
     said = {k for k in chosen if k != "rows" or spec.view == "alignment"}  # rows change only the alignment
     if not said:
         return FigureSpec(**dict(spec.to_dict(), **chosen)), None
+    if "head" not in chosen and "block" in chosen:
+        name = result.blocks()[default.block].name
+        note = f"drawn as the window opens it: {name}, the block of the model's declared alignment head (--block to change)"
+        return FigureSpec(**dict(spec.to_dict(), **chosen)), note
     if "head" in chosen and spec.view == "overview":
         name = result.blocks()[default.block].name
         note = f"drawn as the window opens it: {name}, the block of the model's declared alignment head (--block to change)"

@@ -23,8 +23,9 @@ from PySide6.QtWidgets import (
 from attnviz import AttnvizError
 from attnviz.app import gold, rules, word_times
 from attnviz.app.compare import save_compared
+from attnviz.app.export_recipe import RunSources, WindowExport, save_with_recipe, without_recipe
 from attnviz.app.fields import WINDOW
-from attnviz.app.jobs import analyze, open_model_ready, render_and_save
+from attnviz.app.jobs import analyze, open_model_ready
 from attnviz.core.setting_words import Wording, worded
 from attnviz.core.view import Selection
 from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
@@ -100,10 +101,12 @@ class MainWindow(QMainWindow):
         self.last_error: str | None = None
         self.error_box: QMessageBox | None = None
         self.last_export: Path | None = None
+        self.last_recipe: Path | None = None  # the recipe the last export wrote beside it (None: none)
         self.tokenizer: Path | None = None  # a tokenizer.json the user chose (else: metadata / beside the model)
         self.variant: str | None = None  # a Hub repository's quantized siblings (attnviz open --variant)
         # how a run keeps its maps (attnviz open --memory; no control in the window): auto picks by the estimate
         self.memory = "auto"
+        self.maps_path: Path | None = None  # the `attnviz extract` maps file shown (None: a model's run)
 
         # views
         self.tabs = QTabWidget()
@@ -557,6 +560,7 @@ class MainWindow(QMainWindow):
             self.show_error(str(e))
             return
         self.session.set_model(None)
+        self.maps_path = Path(path)  # a figure's recipe names it (attnviz figure --maps)
         self.add_recent(path)
         try:
             self._show_result(result)
@@ -777,7 +781,8 @@ class MainWindow(QMainWindow):
         if what is not None and view is self.head_map and held is not None and shown != "A":
             sel, blocks = self.session.sel, self.session.blocks  # model B's map, or A − B, as Head map shows it
             style = with_width(None, self.settings)  # File ▸ Export width
-            self._start_export(lambda: save_compared(held, shown, sel, path, blocks, style), path)
+            why = "a comparison with model B is not in a recipe ('attnviz compare --figure' draws one)"
+            self._start_export(lambda: without_recipe(save_compared(held, shown, sel, path, blocks, style), why), path)
             return
         if what is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
             result, (name, sel) = self.session.result, what
@@ -794,7 +799,8 @@ class MainWindow(QMainWindow):
 
                 style = replace(style or FigureStyle(), span=zoomed[0], key_span=zoomed[1])
             style = with_width(style, self.settings)  # File ▸ Export width
-            self._start_export(lambda: render_and_save(result, name, sel, path, style), path)
+            sources = self.run_sources()  # with the recipe `attnviz figure --recipe` draws it from again
+            self._start_export(lambda: save_with_recipe(result, name, sel, path, style, sources), path)
             return
         try:
             self.last_export = export_widget(view.export_target(), path)
@@ -802,6 +808,25 @@ class MainWindow(QMainWindow):
             self.show_error(str(e))
             return
         self.statusBar().showMessage(f"Exported {path} (as shown on screen)")
+
+    def run_sources(self) -> RunSources:
+        """What the shown result was made from, for the export's recipe (made in the worker, which hashes the
+        files); ``why_not`` where the command line could not make it again."""
+        m, s = self.session.model, self.session
+        why = None
+        if m is not None and self.opener is not open_model_ready:
+            why = "the model was opened by a stand-in for the runtime, which the command line cannot run"
+        elif s.ablation.off:
+            why = "heads are switched off (Switch head off), which the command line cannot run"
+        return RunSources(
+            model=str(m.path) if m is not None else None,
+            maps=str(self.maps_path) if m is None and self.maps_path is not None else None,
+            request=self.last_request if m is not None else None,
+            provider=self.provider or "auto",
+            tokenizer=str(self.tokenizer) if self.tokenizer else None,
+            variant=self.variant,
+            why_not=why,
+        )
 
     def figure_selection(self, view) -> tuple[str, Selection] | None:
         """``(figure view name, selection)`` that ``attnviz.figures.render_figure`` draws for what ``view``
@@ -870,8 +895,10 @@ class MainWindow(QMainWindow):
     def _on_exported(self, rid, path) -> None:
         if rid != self._latest["export"]:
             return
-        self.last_export = Path(path)
-        self.statusBar().showMessage(f"Exported {path}")
+        done = path if isinstance(path, WindowExport) else WindowExport(Path(path))
+        self.last_export = done.path
+        self.last_recipe = done.recipe
+        self.statusBar().showMessage(done.status() if isinstance(path, WindowExport) else f"Exported {path}")
 
     # -- drag and drop ---------------------------------------------------------------------
     def dragEnterEvent(self, ev):

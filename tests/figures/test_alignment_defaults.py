@@ -113,3 +113,22 @@ def test_the_overview_draws_every_layer_of_the_declared_heads_block(run, tmp_pat
     drawn, by_hand, one_layer = (imread(tmp_path / f"{n}.png") for n in ("d", "b", "l2"))
     assert drawn.shape == by_hand.shape and np.array_equal(drawn, by_hand)
     assert drawn.shape != one_layer.shape or not np.array_equal(drawn, one_layer)
+
+
+@pytest.mark.parametrize("heads", [["--head", "0,1,2"], ["--head", "1"], ["--layer", "0"], ["--agg", "max"]])
+def test_heads_without_a_block_are_drawn_on_the_block_the_window_opens_on(run, tmp_path, capsys, heads):
+    """Without --block the heatmap is the declared head's block whether or not heads are named (figaudit26: with
+    --head 0,1,2 it was the encoder's self-attention, without it the decoder's cross-attention)."""
+    out = tmp_path / "h.png"
+    assert fig(TRANSLATION, "--text", SRC, "--text-pair", TGT, "--view", "heatmap", *heads, "--out", out) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "decoder cross-attention, the block of the model's declared alignment head" in err[0]
+    v = _view(tmp_path, "h.png")
+    blocks = run.blocks()
+    drawn = blocks[resolve(run, FigureSpec(**v)).block]
+    assert (drawn.stack, drawn.kind) == ("decoder", "cross")
+    # the same bytes as naming the block by hand
+    named = tmp_path / "named.png"
+    argv = [TRANSLATION, "--text", SRC, "--text-pair", TGT, "--view", "heatmap", *heads, "--block", "decoder cross"]
+    assert fig(*argv, "--out", named) == 0
+    assert named.read_bytes() == out.read_bytes()

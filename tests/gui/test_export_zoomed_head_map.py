@@ -16,13 +16,13 @@ TEXT = " ".join(f"w{i}" for i in range(300))
 
 def _exported(qtbot, window, tmp_path, monkeypatch, name):
     seen = []
-    real = main_window.render_and_save
+    real = main_window.save_with_recipe
 
-    def spy(result, view, sel, path, style=None):
+    def spy(result, view, sel, path, style, sources):
         seen.append((result, view, sel, style))
-        return real(result, view, sel, path, style)
+        return real(result, view, sel, path, style, sources)
 
-    monkeypatch.setattr(main_window, "render_and_save", spy)
+    monkeypatch.setattr(main_window, "save_with_recipe", spy)
     out = tmp_path / name
     window.export_view(out)
     qtbot.waitUntil(lambda: window.last_export == out, timeout=60000)
@@ -43,3 +43,12 @@ def test_a_zoomed_head_map_exports_the_positions_in_view(qtbot, window, files, t
     assert (style.span, style.key_span) == ((100, 139), (90, 149))
     drawn = np.asarray(render_figure(result, view, sel, style).axes[0].images[0].get_array())
     np.testing.assert_array_equal(drawn, window.session.current_map().matrix[100:140, 90:150])
+    # and the recipe's spec keeps the window: `figure --recipe` draws the same bytes (the fixture's stand-in opener
+    # gets no recipe written, so the check the export makes is asked here)
+    from attnviz.figures import encoded_figure
+    from attnviz.figures.from_selection import recipe_figure
+
+    out = tmp_path / "zoomed.pdf"
+    check = recipe_figure(result, view, sel, style, "pdf", encoded_figure(render_figure(result, view, sel, style), out))
+    assert check.spec is not None, check.why_not
+    assert (check.spec.span, check.spec.key_span) == ([100, 139], [90, 149])
