@@ -3,6 +3,10 @@ conftest.py was imported first when several test folders run in one session)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+DEMOS = Path(__file__).resolve().parents[2] / "models"
+
 FAKE_MODELS = {
     "text.onnx": dict(kind="encoder", layers=6, heads=12),
     "mt.onnx": dict(kind="encoder-decoder", layers=2, heads=4),
@@ -39,3 +43,13 @@ def shown_heatmap(qtbot, monkeypatch, screen: int):
     w.show()
     qtbot.waitExposed(w)
     return w
+
+
+def demo(name: str) -> Path:
+    """The bundled demo model ``models/NAME.onnx`` (the test skipped where the checkout has none)."""
+    import pytest
+
+    path = DEMOS / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"demo model {path.name} is not in this checkout")
+    return path

@@ -6,19 +6,15 @@ The window's export (the session's selection, no recipe) and the command line's 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("matplotlib")
 pytest.importorskip("onnxruntime")
 
-from gui_helpers import open_and_wait
+from gui_helpers import demo, open_and_wait
 from PySide6.QtCore import QPointF, Qt
 
 from attnviz.cli import main
-
-MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
 class _Click:
@@ -32,13 +28,6 @@ class _Click:
 
     def scenePos(self) -> QPointF:
         return self.at
-
-
-def demo(name: str) -> Path:
-    path = MODELS / f"{name}.onnx"
-    if not path.exists():
-        pytest.skip(f"demo model {path.name} is not in this checkout")
-    return path
 
 
 @pytest.mark.parametrize(

@@ -8,22 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from gui_helpers import open_and_wait
+from gui_helpers import demo, open_and_wait
 
 from attnviz.cli import main
 from attnviz.figures.recipe import recipe_path_for
 
 pytest.importorskip("matplotlib")
 pytest.importorskip("onnxruntime")
-
-MODELS = Path(__file__).resolve().parents[2] / "models"
-
-
-def demo(name: str) -> Path:
-    path = MODELS / f"{name}.onnx"
-    if not path.exists():
-        pytest.skip(f"demo model {path.name} is not in this checkout")
-    return path
 
 
 def export(qtbot, window, out: Path) -> Path:

@@ -17,18 +17,9 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("onnxruntime")
 
-from gui_helpers import open_and_wait
+from gui_helpers import demo, open_and_wait
 
 from attnviz.cli import main
-
-MODELS = Path(__file__).resolve().parents[2] / "models"
-
-
-def demo(name: str) -> Path:
-    path = MODELS / f"{name}.onnx"
-    if not path.exists():
-        pytest.skip(f"demo model {path.name} is not in this checkout")
-    return path
 
 
 def export(qtbot, w, view: str, out: Path) -> bytes:
