@@ -234,8 +234,24 @@ def _warm(setup: WorkerSetup, now: bool = True) -> None:
     probe).  An error here is left for that batch to raise as itself (an initializer's exception would only
     break the pool, with no message)."""
     _enter_worker()
+    _cuda_early(setup)
     if now:
         _warm_up(setup)
+
+
+def _cuda_early(setup: WorkerSetup) -> None:
+    """A worker whose sessions will run on CUDA makes the device's context on a thread now, while it imports
+    (runtime/cuda_warm.py): its first session no longer waits for it.  ``auto`` where a GPU and a CUDA build are
+    present (where its CUDA libraries turn out missing, the context is made for nothing and the session lands on
+    the CPU as before)."""
+    from attnviz.runtime.device import before_session
+
+    if setup.provider == "cuda" or (
+        setup.provider == "auto" and before_session(setup.model, "auto", kept=False) is None
+    ):
+        from attnviz.runtime import cuda_warm
+
+        cuda_warm.start()
 
 
 def _warm_up(setup: WorkerSetup) -> None:
