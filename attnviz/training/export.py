@@ -65,6 +65,11 @@ def _wrap(model, names):
     return Exported()
 
 
+def extra_class_names(have: int, n_classes: int) -> list[str]:
+    """Names for a classifier's logits past its task's labels (no example has those classes)."""
+    return [f"class {i}" for i in range(have, n_classes)]
+
+
 def build_metadata(task, mcfg: ModelConfig, tcfg: TrainConfig, metrics: dict | None) -> dict:
     names = input_names(mcfg)
     meta = {
@@ -73,6 +78,10 @@ def build_metadata(task, mcfg: ModelConfig, tcfg: TrainConfig, metrics: dict | N
         "config": {"task": task.name, "model": mcfg.to_dict(), "train": tcfg.to_dict(), "attnviz": __version__},
     }
     meta.update(task.metadata(mcfg))
+    labels = meta.get("labels")
+    if mcfg.head == "classify" and isinstance(labels, list) and mcfg.n_classes > len(labels):
+        # `--set n_classes=3` on a two-label task: the viewer reads one name per logit (else it mislabels or refuses)
+        meta["labels"] = [*labels, *extra_class_names(len(labels), mcfg.n_classes)]
     # guided heads: a translator's word aligners, a captioner's pointers (each object word's row onto its box);
     # the window opens Alignment / Image regions on the first
     if tcfg.align_weight and mcfg.arch in ("encoder-decoder", "image-decoder"):

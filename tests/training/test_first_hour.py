@@ -2,6 +2,7 @@
 (exit 1), a silent wrong result, or advice that could not work."""
 
 import json
+import re
 
 import pytest
 
@@ -283,3 +284,39 @@ def test_the_nth_gpu_is_still_a_device_and_refused_where_torch_has_no_cuda(tmp_p
         pytest.skip("torch sees a GPU here")
     assert main([*TRAIN, "--out", str(tmp_path / "r"), "--set", "device=cuda:1"]) == 2
     assert _one_error_line(capsys).startswith("device 'cuda:1' requested but ")
+
+
+def test_more_classes_than_the_task_has_labels_are_named_in_the_export_and_said(tmp_path, capsys):
+    """`--set n_classes=3` on a two-label task wrote labels ["A", "B"] beside three logits: the viewer named the
+    third score from nothing.  Now the run says so at its start and the export names every logit."""
+    import onnx
+
+    from attnviz.core import metadata
+
+    out = tmp_path / "r"
+    assert main([*TRAIN, "--out", str(out), "--quiet", "--set", "n_classes=3"]) == 0
+    err = capsys.readouterr().err
+    assert "n_classes 3 is more than sequence-classification's 2 labels (A, B)" in err
+    proto = onnx.load(str(out / "model.onnx"))
+    logits = next(o for o in proto.graph.output if o.name == "logits")
+    assert logits.type.tensor_type.shape.dim[-1].dim_value == 3  # one name per logit, as the graph has them
+    assert metadata.parse({p.key: p.value for p in proto.metadata_props})["labels"] == ["A", "B", "class 2"]
+
+
+def test_a_batch_larger_than_the_training_set_is_said(tmp_path, capsys):
+    out = tmp_path / "r"
+    argv = [*TRAIN, "--out", str(out), "--quiet", "--set", "n_train=20", "--set", "batch_size=32"]
+    assert main(argv) == 0
+    assert (
+        "batch_size 32 is more than the 20 training examples: every batch repeats examples" in capsys.readouterr().err
+    )
+
+
+def test_validation_progress_lines_are_numbers_not_the_metrics_json(tmp_path, capsys):
+    """translation's validation line printed the whole dict (per-head AER tables, example translations)."""
+    out = tmp_path / "r"
+    argv = ["train", "translation-synthetic", "--preset", "tiny", "--steps", "4", "--out", str(out)]
+    assert main([*argv, "--set", "validation=4", "--set", "eval_every=2"]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("step 2: ")]
+    assert len(lines) == 1 and "{" not in lines[0] and len(lines[0]) < 300, lines
+    assert re.fullmatch(r"step 2: validation \w+ [-+.\de]+(, \w+ [-+.\de]+)*", lines[0]), lines[0]

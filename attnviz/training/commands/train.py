@@ -230,6 +230,8 @@ def _run(args) -> int:
         f"{tcfg.seed}",  # the examples as built: translation's n_train is a cap (7,391 verses), gloss pairs add
         file=sys.stderr,
     )
+    for note in _setting_notes(task, mcfg, tcfg, trainer.n_train):
+        say(note)
     t0 = time.perf_counter()
     start = trainer.step  # where a resumed run took up: the rate and ETA count this process's steps only
     events = trainer.events()
@@ -244,7 +246,9 @@ def _run(args) -> int:
             elif len(ev.metrics) > 1 and not args.quiet:  # a held-out evaluation (eval_every)
                 held = {k: v for k, v in ev.metrics.items() if k != "lr"}
                 what = "validation" if "validation" in held else "held-out"
-                print(("\n" if tty else "") + f"step {ev.step}: {what} {json.dumps(held)}", file=sys.stderr)
+                if isinstance(held.get(what), dict):  # the validation split's numbers, said once as "validation"
+                    held = {**{k: v for k, v in held.items() if k != what}, **held[what]}
+                print(("\n" if tty else "") + f"step {ev.step}: {what} {_headline(held)}", file=sys.stderr)
             elif tty:
                 print(_fitted(_bar(ev, start)), end="", file=sys.stderr, flush=True)
             elif not args.quiet and (ev.step % max(1, tcfg.steps // 20) < tcfg.log_every or ev.step == ev.total):
@@ -298,3 +302,23 @@ def _headline(metrics: dict) -> str:
     example translations) made one stderr line of 3,000 characters."""
     shown = [f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)]
     return ", ".join(shown) or "none measured"
+
+
+def _setting_notes(task, mcfg, tcfg, n_train: int) -> list[str]:
+    """What a configuration does that its numbers do not say (each a line at the run's start)."""
+    from attnviz.training.export import extra_class_names
+
+    notes = []
+    if tcfg.batch_size > n_train:
+        notes.append(
+            f"batch_size {tcfg.batch_size} is more than the {n_train} training examples: every batch repeats "
+            "examples (batches are drawn with replacement); lower --set batch_size or raise n_train"
+        )
+    labels = task.metadata(mcfg).get("labels") if mcfg.head == "classify" else None
+    if labels is not None and mcfg.n_classes > len(labels):
+        notes.append(
+            f"n_classes {mcfg.n_classes} is more than {task.name}'s {len(labels)} labels ({', '.join(labels)}): "
+            f"no example has class {len(labels)} or above; the export names them "
+            f"{', '.join(extra_class_names(len(labels), mcfg.n_classes))}"
+        )
+    return notes
