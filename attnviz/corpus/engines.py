@@ -244,11 +244,9 @@ def _cuda_early(setup: WorkerSetup) -> None:
     (runtime/cuda_warm.py): its first session no longer waits for it.  ``auto`` where a GPU and a CUDA build are
     present (where its CUDA libraries turn out missing, the context is made for nothing and the session lands on
     the CPU as before)."""
-    from attnviz.runtime.device import before_session
+    from attnviz.runtime.device import asks_cuda
 
-    if setup.provider == "cuda" or (
-        setup.provider == "auto" and before_session(setup.model, "auto", kept=False) is None
-    ):
+    if asks_cuda(setup.model, setup.provider):
         from attnviz.runtime import cuda_warm
 
         cuda_warm.start()

@@ -34,3 +34,10 @@ def before_session(model: str | Path, provider: str, kept: bool = True) -> str |
     from attnviz.runtime.light_model import landed  # (numpy: not in the driver's prestart)
 
     return landed(model)
+
+
+def asks_cuda(model: str | Path, provider: str) -> bool:
+    """Whether a session of ``model`` on ``provider`` will ask for CUDA (known before numpy is imported): ``cuda``, or
+    ``auto`` with a GPU and a CUDA build of onnxruntime present.  (``auto`` whose CUDA libraries turn out missing
+    asks too, and lands on the CPU.)"""
+    return provider == "cuda" or (provider == "auto" and before_session(model, "auto", kept=False) is None)

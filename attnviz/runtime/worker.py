@@ -665,4 +665,8 @@ def serve_child(fd: int, outdir: str, watch: int, parent: int, main: bool) -> No
 
 
 if __name__ == "__main__":  # pragma: no cover - the child process: FD OUTDIR WATCH PARENT MAIN
+    if os.environ.get("ATTNVIZ_CUDA_CONTEXT_EARLY"):  # (child_start.CUDA_EARLY_ENV: that module is the parent's)
+        from attnviz.runtime import cuda_warm
+
+        cuda_warm.start()
     serve_child(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1")

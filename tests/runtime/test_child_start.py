@@ -22,17 +22,21 @@ MODEL = REPO / "models" / "sequence-classification.onnx"
 
 # runs `attnviz ARGV...` in this interpreter with start_early and fork wrapped; prints what they saw, as JSON
 WATCHED = """
-import json, sys
-from attnviz.runtime import child_start
-seen = {"starts": [], "forks": 0}
+import json, os, sys
+from attnviz.runtime import child_start, cuda_warm, device
+seen = {"starts": [], "forks": 0, "cuda": []}
 start, fork = child_start.start_early, child_start.fork
-def watched_start():
+def watched_start(cuda=False):
     seen["starts"].append(sorted(m for m in ("numpy", "onnx", "onnxruntime") if m in sys.modules))
-    start()
-def watched_fork():
+    seen["cuda"].append(cuda)
+    start(cuda=cuda)
+def watched_fork(cuda=False):
     seen["forks"] += 1
-    return fork()
+    return fork(cuda)
 child_start.start_early, child_start.fork = watched_start, watched_fork
+if os.environ.get("WATCH_CUDA_MARK"):  # the CUDA context's start, as the child calls it, leaves the caller's pid
+    cuda_warm.start = lambda device=0: open(os.environ["WATCH_CUDA_MARK"], "a").write(f"{os.getpid()}\\n") > 0
+    device.asks_cuda = lambda model, provider: True  # (this machine's sessions then land on the CPU: auto's way)
 from attnviz.cli import main
 seen["code"] = main(sys.argv[1:])
 seen["onnxruntime_here"] = "onnxruntime" in sys.modules
@@ -46,8 +50,8 @@ def _env(**extra) -> dict:
     return env
 
 
-def _watched(*argv) -> dict:
-    env = _env()
+def _watched(*argv, **extra) -> dict:
+    env = _env(**extra)
     env.pop("ATTNVIZ_INPROCESS", None)
     done = subprocess.run(
         [sys.executable, "-c", WATCHED, *map(str, argv)], env=env, capture_output=True, text=True, timeout=180
@@ -80,6 +84,32 @@ def test_extract_forks_its_child_before_onnx_and_its_maps_are_an_in_process_sess
     assert maps
     for k in maps:
         assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and a[k].tobytes() == b[k].tobytes(), k
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child is forked on Linux only")
+def test_a_session_that_asks_for_cuda_has_its_child_make_the_context_first(tmp_path):
+    """runtime/cuda_warm.py: the child makes the CUDA context on a thread from its start (while it imports
+    onnxruntime), not the parent (which never touches CUDA); only where the session will ask for CUDA."""
+    seen = _watched("extract", MODEL, "--text", "1 2 3", "--provider", "cuda", "--out", tmp_path / "c.npz")
+    assert seen["cuda"] == [True]  # (refused after: this onnxruntime has no CUDA provider, or it ran on CUDA)
+    assert _watched("extract", MODEL, "--text", "1 2 3", "--provider", "cpu", "--out", tmp_path / "p.npz")["cuda"] == [
+        False
+    ]
+    mark = tmp_path / "mark"
+    seen = _watched(
+        "extract",
+        MODEL,
+        "--text",
+        "1 2 3",
+        "--provider",
+        "auto",
+        "--out",
+        tmp_path / "a.npz",
+        WATCH_CUDA_MARK=str(mark),
+    )
+    assert seen["code"] == 0 and seen["forks"] == 1 and seen["cuda"] == [True], seen["stderr"]
+    pids = mark.read_text().split()  # written by the forked child before it served the run, once
+    assert len(pids) == 1 and int(pids[0]) != os.getpid()
 
 
 def test_a_command_refused_for_its_arguments_starts_no_child(tmp_path):
@@ -143,8 +173,8 @@ def test_no_second_child_is_started_beside_a_running_one(monkeypatch):
     from attnviz.runtime import host
 
     started = []
-    monkeypatch.setattr(child_start, "fork", lambda: started.append("fork"))
-    monkeypatch.setattr(child_start, "spawn", lambda: started.append("spawn"))
+    monkeypatch.setattr(child_start, "fork", lambda cuda=False: started.append("fork"))
+    monkeypatch.setattr(child_start, "spawn", lambda cuda=False: started.append("spawn"))
     monkeypatch.delenv("ATTNVIZ_INPROCESS", raising=False)
     monkeypatch.setattr(child_start, "_early", None)
     monkeypatch.setattr(host, "running", lambda: True)

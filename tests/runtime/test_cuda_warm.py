@@ -43,3 +43,20 @@ def test_a_worker_starts_it_where_its_sessions_ask_for_cuda(monkeypatch, provide
     monkeypatch.setattr(ort_build, "has_cuda", lambda build: cuda_build)
     engines._cuda_early(engines.WorkerSetup("model.onnx", provider, None, 1, 5, (), 2))
     assert calls == ([0] if started else [])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/environ")
+@pytest.mark.parametrize("cuda", [True, False])
+def test_a_spawned_isolation_child_is_told_to_make_the_context(monkeypatch, cuda):
+    """A child spawned (not forked: a process holding Qt, torch or threads) gets the word in its environment and
+    worker.py acts on it first; one whose sessions stay on the CPU does not, even where the parent's has it."""
+    from attnviz.runtime import child_start
+
+    monkeypatch.setenv(child_start.CUDA_EARLY_ENV, "1")  # (a parent that is itself such a child)
+    started = child_start.spawn(cuda)
+    try:
+        with open(f"/proc/{started.proc.pid}/environ", "rb") as f:
+            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    finally:
+        started.stop()
+    assert (env.get(child_start.CUDA_EARLY_ENV.encode()) == b"1") is cuda

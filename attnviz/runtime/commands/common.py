@@ -190,7 +190,9 @@ def analyze_from_args(args):
     if any(getattr(args, k, None) is not None for k in ("text", "image", "audio", "inputs")):
         # the isolation child starts before this process imports numpy and onnx (runtime/child_start.py); a
         # command with no input at all is refused below without one (require_input)
-        start_early()
+        from attnviz.runtime.device import asks_cuda
+
+        start_early(cuda=asks_cuda(args.model, args.provider))
     from attnviz.runtime import open_model
     from attnviz.runtime.sample import require_input
 
