@@ -516,7 +516,8 @@ def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     spec = style
     image = _rgb(vm.pictured(result, sel.picture).image)  # the image chosen of a prompt's several
     # one map, or several heads side by side on one colour scale (the view model's pictures, captions and title)
-    ho = vm.heads_overlay(result, _image_selection(sel), image.shape[:2])
+    # --vmax: the top of the one colour scale, as the token maps take it (the view model's scale, so bar and heat agree)
+    ho = vm.heads_overlay(result, _image_selection(sel), image.shape[:2], vmax=style.vmax)
     ov = ho.overlays[0]
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
