@@ -108,13 +108,14 @@ class HeldComparison:
         )
 
     def status(self) -> str:
-        """The status-bar line after comparing: how many heads, and the one that moved most."""
+        """The status-bar line after comparing: how many heads, and the one that moved most (its JS to 4 significant
+        digits: an int8 copy's 5e-6 bits read "JS 0.0000", as if nothing had moved)."""
         heads = self.comparison.heads
         top = max(heads, key=lambda r: r["js_divergence"])
         not_compared = f"; {len(self.comparison.unmatched)} sites not compared" if self.comparison.unmatched else ""
         return (
             f"compared with {self.name_b}: {len(heads)} heads, most changed {top['stack']} {top['kind']} "
-            f"{top['layer']}:{top['head']} (JS {top['js_divergence']:.4f} bits){not_compared}"
+            f"{top['layer']}:{top['head']} (JS {top['js_divergence']:.4g} bits){not_compared}"
         )
 
 

@@ -49,6 +49,7 @@ def test_the_window_overview_keys_its_frames(qtbot, real_window, quantized):
     assert key.key is not None and key.key.top == pytest.approx(top_js)
     assert f"JS divergence from {held.name_b}, bits" in key.title.text()
     assert key.low.text() == "0" and key.high.text() == f"{top_js:.3g}"
+    assert top_js < 5e-5 and f"(JS {top_js:.4g} bits)" in held.status()  # (it said "JS 0.0000 bits")
     top_head = max(held.divergence(w.session.blocks).items(), key=lambda kv: kv[1])[0]
     assert ov.frame_colours[top_head] == key.key.colour(top_js) == DIVERGENCE_COLOURS[-1]
     # the strip's pixels: white-ish at 0, the darkest frame's colour at the top
