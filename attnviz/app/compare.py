@@ -76,16 +76,20 @@ class HeldComparison:
             for (li, h), row in self.block_rows(b).items()
         }
 
+    def frames_key(self, blocks: list[Block]) -> vm.FramesKey:
+        """The key of the Overview's frames: their colours' scale, white (JS 0) to the darkest red at the most
+        divergent head of A's ``blocks`` (every block: the frames of all blocks share it)."""
+        return vm.FramesKey(self.name_b, max(self.divergence(blocks).values(), default=0.0))
+
     def frame_colours(self, blocks: list[Block]) -> dict[tuple[int, int, int], str]:
         """``(block, layer, head) -> colour`` of the Overview's frames: darker red the more a head diverges from
-        model B, none where it did not move (one rule for the window and its exported figure)."""
-        js = self.divergence(blocks)
-        top = max(js.values(), default=0.0)
+        model B, none where it did not move (one rule, :meth:`frames_key`, for the window and its exported figure)."""
+        key = self.frames_key(blocks)
         out = {}
-        for key, value in js.items():
-            colour = vm.divergence_colour(value, top)
+        for head, value in self.divergence(blocks).items():
+            colour = key.colour(value)
             if colour is not None:
-                out[key] = colour
+                out[head] = colour
         return out
 
     def frames_note(self) -> str:
@@ -96,16 +100,22 @@ class HeldComparison:
         from attnviz.figures.spec import FigureStyle
 
         frames = tuple((li, h, c) for (bi, li, h), c in sorted(self.frame_colours(blocks).items()) if bi == block)
-        return dataclasses.replace(style or FigureStyle(), head_frames=frames, frames_note=self.frames_note())
+        return dataclasses.replace(
+            style or FigureStyle(),
+            head_frames=frames,
+            frames_note=self.frames_note(),
+            frames_key=self.frames_key(blocks),
+        )
 
     def status(self) -> str:
-        """The status-bar line after comparing: how many heads, and the one that moved most."""
+        """The status-bar line after comparing: how many heads, and the one that moved most (its JS to 4 significant
+        digits: an int8 copy's 5e-6 bits read "JS 0.0000", as if nothing had moved)."""
         heads = self.comparison.heads
         top = max(heads, key=lambda r: r["js_divergence"])
         not_compared = f"; {len(self.comparison.unmatched)} sites not compared" if self.comparison.unmatched else ""
         return (
             f"compared with {self.name_b}: {len(heads)} heads, most changed {top['stack']} {top['kind']} "
-            f"{top['layer']}:{top['head']} (JS {top['js_divergence']:.4f} bits){not_compared}"
+            f"{top['layer']}:{top['head']} (JS {top['js_divergence']:.4g} bits){not_compared}"
         )
 
 

@@ -211,14 +211,15 @@ def run_corpus(args) -> int:
         f"ablated ({args.ablation}) {'each of ' if args.all_heads else ''}{count(len(r.rows), 'head')} over "
         f"{count(run['items'], 'item')}{'' if args.all_heads else ' together'} -> {r.out / HEADS}{base}"
     )
-    top = sorted(r.rows, key=lambda x: (-(x["ablation_kl"] or 0.0), -x["ablation_max_dlogit"]))
+    # without a KL (an output that is no distribution) the mean over items of each item's largest |Δ| ranks: the
+    # corpus-wide largest let one outlier item decide
+    top = sorted(r.rows, key=_corpus_rank)
     measures = {"ablation_kl": "mean KL(base ‖ ablated), bits", "ablation_delta_loss": "Δloss, nats"}
+    said = _measured(r.rows, measures, run["output"], corpus=True)
     if not args.all_heads:  # one joint ablation: its numbers once (every row repeats them), not a ranking of equals
-        print(
-            f"output change, all {len(r.rows)} together ({_measured(r.rows, measures, run['output'])}): {_said(top[0])}"
-        )
+        print(f"output change, all {len(r.rows)} together ({said}): {_said(top[0])}")
     else:
-        print(f"heads that matter most ({_measured(r.rows, measures, run['output'])}):")
+        print(f"heads that matter most ({said}):")
     for x in top[: args.top] if args.all_heads else []:
         print(f"  {x['stack']} {x['kind']} {x['layer']}:{x['head']}  {_said(x)}")
     for line in run["not_ablated"]:
@@ -368,16 +369,25 @@ def run_one(args) -> int:
     return 0
 
 
+def _corpus_rank(x: dict) -> tuple[float, float, float]:
+    """A corpus row's place: by KL where the output has one, then by the mean over items of each item's largest
+    |Δ| (never the corpus-wide largest alone: one outlier item would decide it), then by that largest."""
+    return -(x["ablation_kl"] or 0.0), -x["ablation_mean_max_dlogit"], -x["ablation_max_dlogit"]
+
+
 def _said(x: dict) -> str:
-    """One corpus row's measures as printed: those it has, then its largest |Δ|."""
+    """One corpus row's measures as printed: those it has, then the mean over items of each item's largest |Δ|,
+    then the corpus's largest."""
     kl = f"KL {x['ablation_kl']:.4g}  " if x["ablation_kl"] is not None else ""
     dl = f"Δloss {x['ablation_delta_loss']:+.4g}  " if x["ablation_delta_loss"] is not None else ""
     da = f"Δacc {x['ablation_delta_acc']:+.4g}  " if x["ablation_delta_acc"] is not None else ""
-    return f"{kl}{dl}{da}|Δ| {x['ablation_max_dlogit']:.4g}"
+    return f"{kl}{dl}{da}mean |Δ| {x['ablation_mean_max_dlogit']:.4g}  max |Δ| {x['ablation_max_dlogit']:.4g}"
 
 
-def _measured(rows: list[dict], measures: dict[str, str], output: str) -> str:
+def _measured(rows: list[dict], measures: dict[str, str], output: str, corpus: bool = False) -> str:
     """The printed heads' measures, those the rows have: a feature output (an encoder's last_hidden_state) has no
-    KL or loss, and a header naming them over lines without them sent a user looking for the missing numbers."""
+    KL or loss, and a header naming them over lines without them sent a user looking for the missing numbers.
+    ``corpus``: the mean over items of each item's largest |Δ| too, before the corpus's largest."""
     said = [words for key, words in measures.items() if any(r.get(key) is not None for r in rows)]
-    return "; ".join([*said, f"max |Δ{output}|"])
+    mean = [f"mean over items of each item's max |Δ{output}|"] if corpus else []
+    return "; ".join([*said, *mean, f"max |Δ{output}|"])

@@ -11,6 +11,9 @@ Per ablation, over the corpus (each item weighs the same, whatever its length):
 * ``ablation_delta_loss`` / ``ablation_delta_acc``: with labels, the mean over labelled items of the ablated
   run's loss (cross-entropy, nats) / accuracy minus the base run's — a classifier's ``--label-column``, or for a
   decoder its next tokens (each item's mean over its positions but the last);
+* ``ablation_mean_max_dlogit``: the mean over items of each item's largest |Δ| of the main output over its real
+  positions: what ranks heads whose output is no distribution (no KL), where one outlier item would decide a
+  corpus-wide maximum;
 * ``ablation_max_dlogit``: the largest |Δ| of the main output over every real position of the corpus;
 * ``prediction_changed``: the share of items whose argmax changed at some real position.
 
@@ -52,13 +55,14 @@ class AblateCorpusResult:
 class Totals:
     """Running sums over the folded batches; ``fold`` takes partials strictly in batch order."""
 
-    FIELDS = ("kl", "dmax", "changed", "loss", "acc")
+    FIELDS = ("kl", "dmax", "dsum", "changed", "loss", "acc")
     SCALARS = ("next_batch", "items", "labelled", "base_loss", "base_acc")
 
     def __init__(self, n: int):
         self.next_batch = self.items = self.labelled = 0
         self.base_loss = self.base_acc = 0.0
-        self.kl, self.dmax, self.loss, self.acc = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+        self.kl, self.dmax, self.dsum = np.zeros(n), np.zeros(n), np.zeros(n)
+        self.loss, self.acc = np.zeros(n), np.zeros(n)
         self.changed = np.zeros(n, np.int64)
         self.seconds: dict[str, float] = {}
 
@@ -74,6 +78,7 @@ class Totals:
             base_acc=self.base_acc + p.base_acc,
             kl=self.kl + p.kl,
             dmax=np.maximum(self.dmax, p.dmax),
+            dsum=self.dsum + p.dsum,
             changed=self.changed + p.changed,
             loss=self.loss + p.loss,
             acc=self.acc + p.acc,
@@ -102,11 +107,18 @@ class Totals:
             with f, np.load(f) as z:
                 if str(z["fingerprint"]) != fingerprint:
                     return None
+                if any(k not in z.files for k in cls.FIELDS):  # before the per-item |Δ| sums were kept
+                    raise AttnvizError(
+                        f"{path}: a checkpoint of an older attnviz (it lacks the per-item |Δ| sums); delete it to "
+                        "start over"
+                    )
                 t = cls(n)
                 for k in cls.FIELDS:
                     setattr(t, k, z[k])
                 for k in cls.SCALARS:
                     setattr(t, k, z[k].item())
+        except AttnvizError:
+            raise
         except Exception as e:  # truncated or not ours
             raise AttnvizError(
                 f"{path}: unreadable checkpoint ({checkpoint_problem(e)}); delete it to start over"
@@ -244,6 +256,7 @@ CORPUS_MEASURES = (
     ("ablation_kl", "float64"),
     ("ablation_delta_loss", "float64"),
     ("ablation_delta_acc", "float64"),
+    ("ablation_mean_max_dlogit", "float64"),
     ("ablation_max_dlogit", "float64"),
     ("prediction_changed", "float64"),  # the share of items
     ("ablated_together", "int64"),
@@ -256,6 +269,8 @@ MEASURE_NOTES = {
     "ablation_delta_loss": "mean over labelled items of the ablated loss minus the base loss (cross-entropy, nats): "
     "the --label-column class, or a decoder's next token at each position but the last (null: no labels)",
     "ablation_delta_acc": "the same for accuracy (argmax = label), as a fraction",
+    "ablation_mean_max_dlogit": "mean over items of each item's largest |base − ablated| of the output over its "
+    "real positions (ranks the heads where there is no KL: one outlier item cannot decide it)",
     "ablation_max_dlogit": "largest |base − ablated| of the output over every real position of the corpus",
     "prediction_changed": "share of items whose argmax changed at some real position (null: not logits)",
     "mode": "zero: the head's weights × 0; mean: each real row q of the head becomes the corpus-mean row at q (over "
@@ -279,6 +294,7 @@ def _rows(tot: Totals, offs: list[Off], sites, dist: bool, labelled: bool) -> li
                         "ablation_kl": float(tot.kl[a] / n) if dist else None,
                         "ablation_delta_loss": float((tot.loss[a] - tot.base_loss) / lab) if labelled else None,
                         "ablation_delta_acc": float((tot.acc[a] - tot.base_acc) / lab) if labelled else None,
+                        "ablation_mean_max_dlogit": float(tot.dsum[a] / n),
                         "ablation_max_dlogit": float(tot.dmax[a]),
                         "prediction_changed": float(tot.changed[a] / n) if dist else None,
                         "ablated_together": together,

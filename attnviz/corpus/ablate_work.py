@@ -13,7 +13,9 @@ Per item (its real positions only: a padded position never counts):
   positions (one position for a classifier's ``[B, C]`` logits);
 * with labels, the cross-entropy (nats) and accuracy of the base and the ablated run: a classifier's label, or for
   a decoder the next token at each position but the last (averaged over those positions);
-* the largest |Δ| of the main output, and whether the argmax changed at some real position.
+* the largest |Δ| of the main output over its real positions (summed over the batch's items, so the driver
+  can take the mean over the corpus's items; and the batch's largest), and whether the argmax changed at some
+  real position.
 
 ``mode="fed"`` (``--mode mean``) feeds each ablated head's rows from the corpus mean the driver computed
 (:func:`mean_rows`): see :mod:`attnviz.corpus.ablate_corpus` for what the mean is.
@@ -56,6 +58,7 @@ class AblatePartial:
     labelled: int  # items with a label (a decoder: with at least one next token)
     kl: np.ndarray  # Σ over items of each item's mean KL(base ‖ ablated), bits
     dmax: np.ndarray  # the largest |base − ablated| over the batch's real positions
+    dsum: np.ndarray  # Σ over items of each item's largest |base − ablated| over its real positions
     changed: np.ndarray  # items whose argmax changed at some real position
     loss: np.ndarray  # Σ over labelled items of the ablated run's loss (nats)
     acc: np.ndarray  # Σ over labelled items of the ablated run's accuracy
@@ -138,7 +141,7 @@ class HeadAblator:
         t1, c1 = time.perf_counter(), time.process_time()
         m = Measures(base, lengths, spec, s.labels if s.distribution else None, s.distribution)
         n = len(s.offs)
-        kl, dmax, changed = np.zeros(n), np.zeros(n), np.zeros(n, np.int64)
+        kl, dmax, dsum, changed = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, np.int64)
         loss, acc = np.zeros(n), np.zeros(n)
         fed_cache: dict[int, np.ndarray] = {}
         fwd, fwd_cpu = 0.0, 0.0  # the ablated forwards alone (the rest of t2 - t1 is the measures)
@@ -153,7 +156,7 @@ class HeadAblator:
             fwd, fwd_cpu = fwd + time.perf_counter() - f0, fwd_cpu + time.process_time() - g0
             if a + 1 == n or (len(stack) + 1) * base.nbytes > MEASURE_BYTES:
                 got = m.against(np.stack(stack))
-                for arr, v in zip((kl, dmax, changed, loss, acc), got):
+                for arr, v in zip((kl, dmax, dsum, changed, loss, acc), got):
                     arr[first : a + 1] = v
                 stack, first = [], a + 1
         t2, c2 = time.perf_counter(), time.process_time()
@@ -163,6 +166,7 @@ class HeadAblator:
             m.labelled,
             kl,
             dmax,
+            dsum,
             changed,
             loss,
             acc,
@@ -218,7 +222,7 @@ class Measures:
     def __init__(self, base: np.ndarray, lengths: np.ndarray, spec: LabelledSpec, labels: str | None, dist: bool):
         self.base = base
         self.dist = dist
-        b = len(lengths)
+        b = self.items = len(lengths)
         per_token = base.ndim >= 3 and base.shape[:2] == (b, spec.ids.shape[1] if spec.ids is not None else -1)
         # [B, T] real positions (a per-token output), or None: one position per item
         self.rows = (np.arange(base.shape[1])[None, :] < lengths[:, None]) if per_token else None
@@ -262,15 +266,16 @@ class Measures:
 
     def against(self, got: np.ndarray) -> tuple[np.ndarray, ...]:
         """For ``n`` stacked ablated runs ``[n, *base.shape]``: ``[n]`` arrays of the Σ item KL in bits, the max
-        |Δ|, the items whose argmax changed, the Σ item loss and the Σ item accuracy."""
+        |Δ|, the Σ over items of each item's max |Δ|, the items whose argmax changed, the Σ item loss and the Σ
+        item accuracy."""
         n, rows = len(got), self.rows
         # |Δ| in the output's own type (float64 copies of MiniLM's hidden states were 8 % of its forward)
         diff = np.abs(got - self.base)
-        real = diff[:, rows] if rows is not None else diff
-        dmax = real.reshape(n, -1).max(1).astype(np.float64) if real.size else np.zeros(n)
+        item = self._item_max(diff)
+        dmax, dsum = item.max(1).astype(np.float64), item.sum(1, dtype=np.float64)
         zeros = np.zeros(n)
         if not self.dist or self.log is None:
-            return zeros, dmax, zeros.astype(np.int64), zeros, zeros
+            return zeros, dmax, dsum, zeros.astype(np.int64), zeros, zeros
         lq = log_softmax(got)  # float64
         kl_pos = (self.p * (self.log - lq)).sum(-1) / LOG2  # [n, B, T] or [n, B]
         flip = self.top != got.argmax(-1)
@@ -280,4 +285,17 @@ class Measures:
         else:
             kl_item, flipped = kl_pos.reshape(n, len(self.base), -1).mean(2), flip.reshape(n, len(self.base), -1).any(2)
         loss, acc = self._loss_acc(lq) if self.targets is not None else (zeros, zeros)
-        return kl_item.sum(1), dmax, flipped.sum(1), loss, acc
+        return kl_item.sum(1), dmax, dsum, flipped.sum(1), loss, acc
+
+    def _item_max(self, diff: np.ndarray) -> np.ndarray:
+        """``[n, B]``: each item's largest |Δ| over its real positions (a padded position's is never read; an
+        output without a batch axis, or an empty one, is every item's one value)."""
+        n, b = len(diff), self.items
+        if not diff.size:
+            return np.zeros((n, b))
+        if self.base.ndim == 0 or self.base.shape[0] != b:  # no batch axis: its largest, the same for every item
+            return np.repeat(diff.reshape(n, -1).max(1)[:, None], b, axis=1)
+        if self.rows is not None:
+            real = self.rows.reshape(1, *self.rows.shape, *([1] * (diff.ndim - 3)))
+            diff = np.where(real, diff, 0)  # |Δ| >= 0: a zero never wins a real position's maximum
+        return diff.reshape(n, b, -1).max(2)

@@ -139,15 +139,15 @@ def declared_defaults(result: AttentionResult, spec: FigureSpec) -> tuple[Figure
             # the block the window focuses, every layer of it as the window's overview shows them: a layer given to
             # the overview draws that layer's heads alone (the translation demo's drew "layer 2, all heads")
             chosen.update(layer=None, head=None)
-    elif spec.block is None and spec.view not in VIEW_BLOCKS and default.mode == "head":
+    elif spec.block is None and (block := unnamed_block(result, spec.view)) is not None:
         # a head, layer or aggregate without --block: on the block the window opens on, as without them (the
         # translation demo's --head 0,1,2 drew the encoder's self-attention, --head alone the decoder's cross)
-        chosen["block"] = default.block
+        chosen["block"] = block
     said = {k for k in chosen if k != "rows" or spec.view == "alignment"}  # rows change only the alignment
     if not said:
         return FigureSpec(**dict(spec.to_dict(), **chosen)), None
     if "head" not in chosen and "block" in chosen:
-        name = result.blocks()[default.block].name
+        name = result.blocks()[chosen["block"]].name
         note = f"drawn as the window opens it: {name}, the block of the model's declared alignment head (--block to change)"
         return FigureSpec(**dict(spec.to_dict(), **chosen)), note
     if "head" in chosen and spec.view == "overview":
@@ -159,6 +159,17 @@ def declared_defaults(result: AttentionResult, spec: FigureSpec) -> tuple[Figure
     flags = " and ".join(f for f, k in (("--head/--layer/--aggregate", "head"), ("--rows", "rows")) if k in said)
     note = f"drawn as the window opens it: the model's declared {' and '.join(what)} ({flags} to change)"
     return FigureSpec(**dict(spec.to_dict(), **chosen)), note
+
+
+def unnamed_block(result: AttentionResult, view_key: str | None) -> int | None:
+    """The block drawn when heads, a layer or an aggregate are named without ``--block``: the block the window
+    opens on, the model's declared alignment head's (None: no such rule, the command's other default stands;
+    views in :data:`VIEW_BLOCKS` pick their own).  ``attnviz figure`` and ``attnviz open`` both ask this, so
+    ``--head H`` alone shows the same block in the window as on paper."""
+    if view_key in VIEW_BLOCKS or view.declared_alignment(result) is None:
+        return None
+    default = view.default_selection(result)
+    return default.block if default.mode == "head" else None
 
 
 def _why_not_alignment(result: AttentionResult) -> str | None:

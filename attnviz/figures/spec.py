@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
-from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, MAP_CMAP, OVERLAY_CMAP, SCALES
+from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, MAP_CMAP, OVERLAY_CMAP, SCALES, FramesKey
 from attnviz.core.view_names import FIGURE_VIEWS
 
 # figure view (core.view_names) -> one-line description (the renderer's registry in views.py has the same keys)
@@ -61,6 +61,7 @@ class FigureStyle:
     # with…: each head's divergence from model B, as the window frames it).  Not in a recipe: a comparison's
     head_frames: tuple[tuple[int, int, str], ...] = ()
     frames_note: str = ""
+    frames_key: FramesKey | None = None  # the frames' colour key (their scale), drawn under the grid
     # overview only: the (layer, head)s of the drawn block that are switched off (right-click ▸ Switch head off),
     # veiled and crossed out as the window draws them.  Not in a recipe: the window's state, as the frames are
     heads_off: tuple[tuple[int, int], ...] = ()
@@ -82,7 +83,9 @@ class FigureStyle:
 
 
 STYLE_FIELDS = tuple(
-    f.name for f in fields(FigureStyle) if f.name not in ("only_layer", "head_frames", "frames_note", "heads_off")
+    f.name
+    for f in fields(FigureStyle)
+    if f.name not in ("only_layer", "head_frames", "frames_note", "frames_key", "heads_off")
 )
 
 

@@ -26,6 +26,7 @@ from attnviz.core.attention import AttentionResult
 from attnviz.figures import select as sel_
 from attnviz.figures.audio import draw_audio
 from attnviz.figures.cells import as_cells, as_vector_cells, photo_overlay, raster_only
+from attnviz.figures.frames_key import draw_key, key_layout
 from attnviz.figures.layout import (
     CHAR_W,
     FIT,
@@ -303,6 +304,8 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         what += ", special tokens hidden"
     frames = {(li, h): colour for li, h, colour in style.head_frames}
     extra = [style.frames_note] if frames and style.frames_note else []
+    # the frames' key under the grid: what their colours say, on which scale (the window's key, the same words)
+    key = style.frames_key if frames else None
     off = set(style.heads_off) & set(maps)
     if off:
         extra.append(vm.OFF_NOTE)
@@ -310,6 +313,9 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     windows = [note] if note is not None and not one else []
     title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
     width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
+    key_at = key_layout(key, width - left - 0.1, fs) if key is not None else None
+    if key_at is not None:
+        bottom += key_at.height
     title = fit_title(title, width, fs + 1)
     top = title_height(title, fs + 1) + head_lab
     pw = max((width - left - right - (ncols - 1) * gap) / ncols, 0.05)
@@ -351,6 +357,8 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
             ax.add_patch(Rectangle((0, 0), 1, 1, transform=ax.transAxes, facecolor=veil, edgecolor="none", zorder=3))
             for ys in ((0, 1), (1, 0)):
                 ax.add_line(Line2D((0, 1), ys, transform=ax.transAxes, color=vm.OFF_CROSS, linewidth=1.2, zorder=4))
+    if key is not None and key_at is not None:
+        draw_key(fig, key, key_at, left, 0.08, ncols * (pw + gap) - gap, fs)
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
     _colorbar(fig, im, sel.log, fs, vm.overview_label(sel.log, sel.scale), cb_h, cax=cax)
@@ -516,7 +524,8 @@ def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     spec = style
     image = _rgb(vm.pictured(result, sel.picture).image)  # the image chosen of a prompt's several
     # one map, or several heads side by side on one colour scale (the view model's pictures, captions and title)
-    ho = vm.heads_overlay(result, _image_selection(sel), image.shape[:2])
+    # --vmax: the top of the one colour scale, as the token maps take it (the view model's scale, so bar and heat agree)
+    ho = vm.heads_overlay(result, _image_selection(sel), image.shape[:2], vmax=style.vmax)
     ov = ho.overlays[0]
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]

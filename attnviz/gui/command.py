@@ -90,7 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--view", default=None, help="tab to show first (overview, heatmap, links, alignment, image, audio, stats)"
     )
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
-    p.add_argument("--layer", type=int, default=None, help="layer to focus first")
+    p.add_argument(
+        "--layer", type=int, default=None, help="layer to focus first (alone: the mean over its heads, as figure's)"
+    )
     p.add_argument("--head", type=int, default=None, help="head to focus first")
     p.add_argument(
         "--block",
@@ -199,10 +201,32 @@ def focus_from_args(args) -> dict:
         focus.setdefault("mode", "head")  # a head asked for is shown, whatever aggregate the window opens on
     if args.mode in ("mean", "max", "min", None) and args.layer is not None and args.head is None:
         focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
+        # --layer alone: figure's mean over that layer's heads (a model opening on its declared alignment head
+        # showed that head of --layer instead)
+        focus.setdefault("mode", "mean")
     if args.mode == "rollout":  # rollout of the last layer alone was that layer's map plus the residual
         focus["layer_lo"] = 0
         if args.layer is not None:
             focus["layer_hi"] = args.layer
+    return focus
+
+
+def figure_focus(result, focus: dict, view: str | None, sel) -> dict:
+    """``focus`` as ``figure`` reads the same flags: without ``--block``, the block it draws for heads, a layer or
+    an aggregate (:func:`attnviz.figures.select.unnamed_block`, one rule for both: the declared alignment head's);
+    an aggregate over heads without ``--layer``, over the block's last layer's heads (a model opening on its
+    declared head had every layer's range, 0..last).  ``sel``: the window's selection (what is not given)."""
+    from attnviz.core.view_names import view_key
+    from attnviz.figures import select
+
+    focus = dict(focus)
+    if "block" not in focus and any(k in focus for k in ("head", "layer", "mode")):
+        block = select.unnamed_block(result, view_key(view) if view else "heatmap")
+        if block is not None:
+            focus["block"] = block
+    if focus.get("mode") in ("mean", "max", "min") and "layer_lo" not in focus:
+        last = select.resolve_block(result, focus.get("block"), sel.block)[1].n_layers - 1
+        focus.update(layer_lo=last, layer_hi=last)
     return focus
 
 
@@ -356,12 +380,13 @@ def run(args) -> int:
             if "image_from" in focus:  # first: its block is then selected, and --layer/--head are that block's
                 win.image_regions.choose_from(focus["image_from"])
             try:
-                block = check_focus(win.session.result, focus, win.session.sel)
+                asked = figure_focus(win.session.result, focus, args.view, win.session.sel)  # figure's, same flags
+                block = check_focus(win.session.result, asked, win.session.sel)
             except AttnvizError as e:  # as `figure` does: a layer that is not there is named, not clamped
                 win.show_error(str(e), param=e.param)
                 return
             win.alignment.keep_selection()  # --layer/--head win over the model's declared alignment head
-            win.session.select(**(focus | {"block": block} if "block" in focus else focus))  # a name: its index
+            win.session.select(**(asked | {"block": block} if "block" in asked else asked))  # a name: its index
 
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
     values = input_values(args)

@@ -394,3 +394,72 @@ def test_heads_named_together_are_one_joint_ablation(tmp_path):
     singles = {(r["layer"], r["head"]): r["ablation_kl"] for r in _table(tmp_path / "a")}
     assert rows[0]["ablation_kl"] not in (singles[(0, 1)], singles[(1, 0)])
     assert joint.run["rows"].startswith("one per named head") and alone.run["rows"] == "one per head ablated alone"
+
+
+def _features_model(path, seed):
+    """The tiny causal LM with its output renamed last_hidden_state: no distribution, so no KL to rank by."""
+    path = tiny_text_model(path, layers=2, heads=2, d=8, classifier=False, causal=True, seed=seed)
+    m = onnx.load(path)
+    old = m.graph.output[0].name
+    for n in m.graph.node:
+        n.output[:] = ["last_hidden_state" if t == old else t for t in n.output]
+    m.graph.output[0].name = "last_hidden_state"
+    onnx.save(m, path)
+    return path
+
+
+def _features(model: onnx.ModelProto, ids: list[int]) -> np.ndarray:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(["last_hidden_state"], {"input_ids": np.array([ids], np.int64)})[0][0].astype(np.float64)
+
+
+def test_an_output_without_logits_ranks_heads_by_the_mean_over_items(tmp_path, capsys):
+    """cmp27: with no KL, heads were ranked by the corpus-wide largest |Δ|, which one outlier item decides.  Each
+    head's mean over items of the item's largest |Δ| (each item run alone through the hand-edited graph, numpy)
+    is `ablation_mean_max_dlogit`, the largest of them `ablation_max_dlogit`, and the printed table is in the
+    order of the mean, its header saying so."""
+    path = _features_model(tmp_path / "h.onnx", seed=2)
+    texts = _corpus(tmp_path / "c.jsonl", n=9, seed=1)  # (a model and corpus where the two rankings differ)
+    out = tmp_path / "out"
+    argv = ["ablate", str(path), "--all-heads", "--texts", str(texts), "--out", str(out), "--batch-size", "3"]
+    assert main([*argv, "--workers", "1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    rows = {(r["layer"], r["head"]): r for r in _table(out)}
+    items = [[VOCAB.index(w) for w in t.split()] for t in _texts(texts)]
+    assert len({len(i) for i in items}) > 2  # padded batches of mixed lengths
+    plain = onnx.load(path)
+    base = [_features(plain, ids) for ids in items]
+    by_hand = {}
+    for layer in (0, 1):
+        for head in (0, 1):
+            hand = _hand_ablated(path, layer, head, 2, "zero")
+            per_item = [float(np.abs(_features(hand, ids) - b).max()) for ids, b in zip(items, base)]
+            by_hand[(layer, head)] = per_item
+            row = rows[(layer, head)]
+            assert row["ablation_kl"] is None
+            assert row["ablation_mean_max_dlogit"] == pytest.approx(np.mean(per_item), rel=1e-4, abs=1e-6)
+            assert row["ablation_max_dlogit"] == pytest.approx(max(per_item), rel=1e-4, abs=1e-6)
+    header = next(line for line in printed if line.startswith("heads that matter most"))
+    assert "mean over items of each item's max |Δlast_hidden_state|" in header
+    listed = [line.split()[2] for line in printed if line.startswith("  decoder self ")]
+    by_mean = sorted(by_hand, key=lambda k: -np.mean(by_hand[k]))
+    assert listed == [f"{lay}:{h}" for lay, h in by_mean]
+    by_max = sorted(by_hand, key=lambda k: -max(by_hand[k]))
+    assert by_max[0] != by_mean[0]  # one item's outlier would have put another head first
+
+
+def test_a_checkpoint_without_the_per_item_sums_is_one_line(tmp_path):
+    """A checkpoint written before the per-item |Δ| sums were kept (its fingerprint the run's own) is named as an
+    older attnviz's, to delete, not folded with a made-up zero sum."""
+    from attnviz import AttnvizError
+    from attnviz.corpus.ablate_corpus import Totals
+
+    ckpt = tmp_path / CHECKPOINT
+    t = Totals(3)
+    t.save(ckpt, "fp")
+    with np.load(ckpt) as z:
+        old = {k: z[k] for k in z.files if k != "dsum"}
+    np.savez(ckpt, **old)
+    assert Totals.load(ckpt, "another", 3) is None  # another run's: as before
+    with pytest.raises(AttnvizError, match="older attnviz .* delete it to start over"):
+        Totals.load(ckpt, "fp", 3)

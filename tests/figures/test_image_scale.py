@@ -168,3 +168,37 @@ def test_a_nan_weight_is_no_top_of_the_shared_scale():
     for m in r.maps:
         m.array()[:] = np.nan
     assert vm.overlay_view(r, vm.Selection(mode="head", layer=1, head=0, query=0, image_scale="shared")).vmax == 1e-6
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_vmax_sets_the_image_views_colour_limits(vit, log):
+    """`figure --view image --vmax V` draws on 0..V (log: V/1000..V), as the token maps take --vmax: the colour
+    bar's limits are V's, and the heat is the weights over V (clipped at V), checked against the fixed-scale heat
+    (the weights themselves).  It was ignored: the bar and the heat stayed on the selection's scale."""
+    from matplotlib.colors import LogNorm
+
+    from attnviz.figures import FigureSpec, render_spec
+
+    result = load_npz(vit)
+    top = 0.05
+    spec = FigureSpec(view="image", layer=1, head=3, query=0, dpi=40, vmax=top, log=log, image_scale="fixed")
+    fig = render_spec(result, spec)
+    bars = [ax for ax in fig.axes if getattr(ax, "_colorbar", None) is not None]
+    assert len(bars) == 1
+    norm = bars[0]._colorbar.norm
+    assert (norm.vmin, norm.vmax) == pytest.approx((top / 1000, top) if log else (0.0, top))
+    assert isinstance(norm, LogNorm) == log
+    label = bars[0].get_ylabel().replace("\n", " ")
+    assert "top 0.05 set by hand" in label and "fixed 0–1" not in label
+    sel = vm.Selection(mode="head", layer=1, head=3, query=0, image_scale="fixed", log=log)
+    weights = vm.overlay_view(result, sel.with_(log=False)).heat  # on fixed 0–1 the heat is the weights
+    assert weights.max() > top  # some of the map lies above V: the clip is exercised
+    drawn = vm.overlay_view(result, sel, vmax=top)
+    if log:
+        by_hand = np.clip((np.log10(np.maximum(weights, top / 1000)) - np.log10(top / 1000)) / 3.0, 0.0, 1.0)
+    else:
+        by_hand = np.clip(weights / top, 0.0, 1.0)
+    np.testing.assert_allclose(drawn.heat, by_hand, atol=1e-5)
+    # several heads on the stretched scale are refused (each its own top), but with --vmax they share V
+    ho = vm.heads_overlay(result, sel.with_(heads=(0, 3), image_scale="map"), vmax=top)
+    assert {ov.scale.vmax for ov in ho.overlays} == {top}

@@ -119,3 +119,37 @@ def test_maps_opened_from_a_file_regenerate_from_that_file(qtbot, window, tmp_pa
     w.session.select(mode="max", hide_special=True)
     r = regenerates(qtbot, w, tmp_path / "links.svg")
     assert r["source"]["maps"]["abs_path"] == str(maps.resolve()) and "model" not in r["source"]
+
+
+def test_an_export_draws_its_figure_once_and_the_recipe_still_redraws_its_bytes(
+    qtbot, real_window, tmp_path, monkeypatch
+):
+    """cmp27: the byte check drew the window's figure a second time from the recipe's spec (an overview PDF 0.3 ->
+    0.8 s); where the recipe's spec resolves into the very selection and style the window drew, the figure is
+    drawn once.  The guarantee stands: `figure --recipe` draws the exported bytes (checked on the command line;
+    a beam's row, picked first, is still drawn again and compared: the beam test above)."""
+    from attnviz.figures import views
+
+    w = real_window
+    open_and_wait(qtbot, w, demo("translation"), timeout=60000)
+    draws = []
+    for name in ("overview", "heatmap"):
+        draw, why = views.VIEW_DRAWERS[name]
+
+        def counted(*a, _draw=draw, _name=name, **k):
+            draws.append(_name)
+            return _draw(*a, **k)
+
+        monkeypatch.setitem(views.VIEW_DRAWERS, name, (counted, why))
+    w.select_view("overview")
+    export(qtbot, w, tmp_path / "overview.pdf")
+    assert draws == ["overview"]
+    w.select_view("head")
+    w.session.select(block=w.session.block_index("decoder", "cross"), mode="head", layer=1, head=2)
+    export(qtbot, w, tmp_path / "cross.png")
+    assert draws == ["overview", "heatmap"]
+    monkeypatch.undo()  # the command line's own drawing, uncounted
+    for out in (tmp_path / "overview.pdf", tmp_path / "cross.png"):
+        again = out.with_name("again-" + out.name)
+        assert main(["figure", "--recipe", str(recipe_path_for(out)), "--out", str(again)]) == 0
+        assert again.read_bytes() == out.read_bytes()

@@ -114,3 +114,63 @@ def test_open_scale_and_log_set_both_boxes_as_figure_does(qtbot, real_window):
         for h in range(blk.heads_in(layer))
     )
     assert float(v.colorbar.levels()[1]) == pytest.approx(np.log10(top), rel=1e-5)
+
+
+def _open_focus(window, argv):
+    """What `attnviz open DEMO ARGV` selects once its first result is shown (command.run's apply_focus)."""
+    from attnviz.gui.command import check_focus, figure_focus, focus_from_args
+
+    args = build_parser().parse_args(["open", str(DEMO), *argv])
+    session = window.session
+    asked = figure_focus(session.result, focus_from_args(args), args.view, session.sel)
+    block = check_focus(session.result, asked, session.sel)
+    session.select(**(asked | {"block": block} if "block" in asked else asked))
+    return session.sel
+
+
+def _figure_selection(result, argv):
+    """What `attnviz figure DEMO ARGV` draws: its flags through declared_defaults and resolve."""
+    from attnviz.figures import FigureSpec
+    from attnviz.figures.select import declared_defaults, resolve
+
+    it = iter(argv)
+    flags = dict(zip(it, it))
+    spec = FigureSpec(
+        view="heatmap",
+        head=int(flags["--head"]) if "--head" in flags else None,
+        layer=int(flags["--layer"]) if "--layer" in flags else None,
+        agg=flags.get("--aggregate"),
+    )
+    return resolve(result, declared_defaults(result, spec)[0])
+
+
+def _shown(sel):
+    if sel.mode == "head":
+        return sel.block, sel.mode, sel.layer, sel.head
+    return sel.block, sel.mode, sel.layer_lo, sel.layer_hi
+
+
+@pytest.mark.parametrize(
+    "argv", [["--head", "1"], ["--head", "3", "--layer", "0"], ["--layer", "0"], ["--aggregate", "max"]]
+)
+def test_open_without_block_shows_what_figure_draws(qtbot, real_window, argv):
+    """cmp27: `open --head H` (a layer, an aggregate) without --block shows the block, heads and layers `figure`
+    draws for the same flags: the translation demo's declared alignment head's block (decoder cross-attention), and
+    for --layer alone the mean over that layer's heads (open showed the declared head of that layer), for an
+    aggregate alone the last layer's heads (open aggregated every layer's)."""
+    open_and_wait(qtbot, real_window, DEMO)
+    result = real_window.session.result
+    drawn = _figure_selection(result, argv)
+    assert result.blocks()[drawn.block].kind == "cross"
+    assert _shown(_open_focus(real_window, argv)) == _shown(drawn)
+
+
+def test_open_and_figure_ask_one_rule_for_the_block(qtbot, real_window, monkeypatch):
+    """The block is decided in one place (figures.select.unnamed_block) for both commands: moved there, both move."""
+    from attnviz.figures import select
+
+    open_and_wait(qtbot, real_window, DEMO)
+    result = real_window.session.result
+    monkeypatch.setattr(select, "unnamed_block", lambda result, view_key: 1)  # the demo's decoder self-attention
+    assert _figure_selection(result, ["--head", "1"]).block == 1
+    assert _open_focus(real_window, ["--head", "1"]).block == 1

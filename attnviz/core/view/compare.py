@@ -6,7 +6,7 @@ the signed difference on a diverging scale, and the colours of the overview's di
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -129,3 +129,38 @@ def divergence_colour(js: float, top: float) -> str | None:
     lo, hi = (np.array([int(c[k : k + 2], 16) for k in (1, 3, 5)], float) for c in (cols[i], cols[i + 1]))
     r, g, b = np.rint(lo + (hi - lo) * f).astype(int)
     return f"#{r:02x}{g:02x}{b:02x}"
+
+
+@dataclass(frozen=True)
+class FramesKey:
+    """The key of the Overview's divergence frames (File ▸ Compare with…), the window's and the exported figure's:
+    what a frame's colour says and on which scale.  Frames run from white (JS 0, no frame drawn) to the darkest red
+    at ``top``, the most divergent head's JS divergence; the scale is that head's, so the key's top number is what
+    the darkest red means in this comparison (another comparison's darkest red is another number)."""
+
+    name_b: str
+    top: float  # the most divergent head's JS divergence, bits: the darkest frame
+
+    @property
+    def title(self) -> str:
+        return f"frame colour: JS divergence from {self.name_b}, bits"
+
+    @property
+    def note(self) -> str:
+        """What the key leaves unsaid: the scale is this comparison's, and a head with no frame did not move."""
+        return "darkest red = the most divergent head; no frame: JS 0"
+
+    @property
+    def colours(self) -> tuple[str, ...]:
+        """The key's colours from JS 0 (left) to ``top`` (right), as :func:`divergence_colour` draws frames."""
+        return DIVERGENCE_COLOURS
+
+    def ticks(self) -> list[tuple[float, str]]:
+        """The key's numbers: 0, half the top and the top (bits)."""
+        if not self.top > 0:
+            return [(0.0, "0")]
+        return [(0.0, "0"), (self.top / 2, f"{self.top / 2:.3g}"), (self.top, f"{self.top:.3g}")]
+
+    def colour(self, js: float) -> str | None:
+        """The frame of a head whose JS divergence is ``js`` on this key's scale (None: no frame)."""
+        return divergence_colour(js, self.top)

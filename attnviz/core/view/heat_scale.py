@@ -28,6 +28,7 @@ class HeatScale:
     log: bool
     vmin: float
     vmax: float
+    by_hand: bool = False  # the top was given (`figure --vmax`), not read from the maps
 
     def heat(self, smooth: np.ndarray) -> np.ndarray:
         """``[H, W]`` in [0, 1]: the smoothed weights on this scale (below the log scale's bottom: its lowest colour)."""
@@ -39,6 +40,8 @@ class HeatScale:
     @property
     def label(self) -> str:
         """The colour bar's words, the token maps' own ("attention weight (log scale, shared by the block's heads)")."""
+        if self.by_hand:  # the scale's words would name a top (0–1, the heads') that is not the one in force
+            return f"attention weight ({'log scale, ' if self.log else ''}top {self.vmax:.3g} set by hand)"
         return weight_label(self.log, scale=self.scale)
 
     @property
@@ -50,10 +53,17 @@ class HeatScale:
         return f"colours span {self.vmin:.3g}–{self.vmax:.3g} ({how})"
 
 
-def heat_scale(scale: str, log: bool, drawn_top: float, shared_top: Callable[[], float]) -> HeatScale:
+def heat_scale(
+    scale: str, log: bool, drawn_top: float, shared_top: Callable[[], float], vmax: float | None = None
+) -> HeatScale:
     """The scale ``scale`` (with ``log``) of an overlay whose smoothed map peaks at ``drawn_top``; ``shared_top`` is
-    asked only for the shared scale (it reads every head's row)."""
-    top = {"fixed": lambda: 1.0, "shared": shared_top, "map": lambda: drawn_top}[check_scale(scale)]()
+    asked only for the shared scale (it reads every head's row).  ``vmax``: the top given by hand (``figure
+    --vmax``, as the token maps' colour range takes it: :func:`colour_range`), whatever ``scale``."""
+    check_scale(scale)
+    if vmax:
+        lo, hi = colour_range(float(vmax), log, float(vmax))
+        return HeatScale(scale, log, lo, hi, by_hand=True)
+    top = {"fixed": lambda: 1.0, "shared": shared_top, "map": lambda: drawn_top}[scale]()
     lo, hi = colour_range(top, log, max(top, 1e-6))
     return HeatScale(scale, log, lo, hi)
 

@@ -17,6 +17,7 @@ from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
+from attnviz.gui.views.frames_key import FramesKeyBar
 
 THUMB = vm.THUMB  # max thumbnail side in cells (the figure pools to the same size)
 GAP = 0.12  # gap between thumbnails, in cell units
@@ -73,6 +74,8 @@ class OverviewView(View):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.info)
         lay.addWidget(self.glw, 1)
+        self.frames_key = FramesKeyBar()  # what the comparison's frames mean, on which scale (hidden otherwise)
+        lay.addWidget(self.frames_key)
         self.focus_box = QGraphicsRectItem()
         self._focus_pen(comparing=False)
         self.focus_box.setZValue(20)
@@ -212,9 +215,12 @@ class OverviewView(View):
             self.vb.removeItem(item)
         self.frames.clear()
         self.frame_colours.clear()
+        self.frames_key.clear()
         if c is None or c.result_a is not self.session.result:
             return
         js = c.divergence(self.session.blocks)
+        if any(v > 0 for v in js.values()):  # no frame, no key (a model against itself)
+            self.frames_key.show_key(c.frames_key(self.session.blocks))
         for key, colour in c.frame_colours(self.session.blocks).items():
             if key not in self.cells:
                 continue
