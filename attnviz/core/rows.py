@@ -13,7 +13,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from attnviz.core.attention import TOKEN_GRIDS_KEY, AttentionResult, MapSource, PooledSource, RowSource, TokenAxis
+from attnviz.core.attention import (
+    ROW_IMAGES_KEY,
+    TOKEN_GRIDS_KEY,
+    AttentionResult,
+    MapSource,
+    PooledSource,
+    RowSource,
+    TokenAxis,
+)
 from attnviz.core.frames import FramesMap
 
 ROWS_KEY = "rows"
@@ -142,7 +150,8 @@ def pick_row(result: AttentionResult, b: int) -> AttentionResult:
         k: (v[b : b + 1] if np.ndim(v) >= 1 and v.shape[0] == result.batch_size else v)
         for k, v in result.outputs.items()
     }
-    info = {k: v for k, v in result.info.items() if k not in (ROWS_KEY, TOKEN_GRIDS_KEY)}
+    # (a dual encoder's row images: the row's own is its image)
+    info = {k: v for k, v in result.info.items() if k not in (ROWS_KEY, TOKEN_GRIDS_KEY, ROW_IMAGES_KEY)}
     info["batch_row"] = b
     generated = result.generated
     beams = beam_rows(result)
@@ -156,6 +165,7 @@ def pick_row(result: AttentionResult, b: int) -> AttentionResult:
         tokens=tokens,
         key_tokens=key_tokens,
         token_grid=result.token_grid_of(b),  # where this row's image tokens lie (a VLM's padded batch)
+        image=result.image_of(b),  # a dual encoder's several images: this row's
         outputs=outputs,
         generated=generated,
         info=info,
