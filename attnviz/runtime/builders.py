@@ -657,7 +657,7 @@ def _several_texts_refused(b: _Build) -> None:
         why = f"{b.model.path.name} ({b.model.kind}) takes one text"
     raise AttnvizError(
         f"{n} texts given and {why}; several texts (--text once per text) are for a dual encoder (CLIP, SigLIP), "
-        "each scored against one image: give one text",
+        "each scored against the image(s): give one text",
         param="text",
     )
 

@@ -27,7 +27,7 @@ def test_siglip_scores_each_candidate_text(qtbot, real_window, tmp_path):
     path = dual_cache.export_dual("siglip", "model", tmp_path)
     hf_models.word_tokenizer(99, bert_style=False).save_pretrained(str(tmp_path))
     w = real_window
-    open_and_wait(qtbot, w, path, image=str(IMAGE), text="; ".join(TEXTS))
+    open_and_wait(qtbot, w, path, image=str(IMAGE), text="\n".join(TEXTS))
     assert w.inputs.request().texts == tuple(TEXTS)
     r = w.session.result
     assert r.batch_size == 3
@@ -69,10 +69,10 @@ def test_open_takes_text_again_for_each_candidate():
     """``attnviz open MODEL --image I --text a --text b``: the text box holds both, as the panel splits them."""
     from attnviz.cli import build_parser
     from attnviz.gui.command import input_values
-    from attnviz.gui.widgets.input_panel import several_texts
+    from attnviz.gui.widgets.texts_box import split_lines
 
     args = build_parser().parse_args(["open", "m.onnx", "--image", "i.png", "--text", "a cat", "--text", "a dog"])
     values = input_values(args)
-    assert values["text"] == "a cat; a dog" and several_texts(values["text"]) == ["a cat", "a dog"]
+    assert values["text"] == "a cat\na dog" and split_lines(values["text"]) == ["a cat", "a dog"]
     one = input_values(build_parser().parse_args(["open", "m.onnx", "--text", "a cat; not split here"]))
     assert one["text"] == "a cat; not split here"
