@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 TEXT_SCORES_KEY = "text_scores"
+TITLE_CHARS = 40  # a candidate text in a figure's title is cut to this many characters
 # what marks a run's notes about the scores and the texts' padding (printed by extract and figure: run_notes.py)
 SCORE_NOTE_MARKS = ("no score", "zero-shot pipeline pads", "texts were padded with id 0", "padding is attended")
 
@@ -171,6 +172,19 @@ class TextScores:
         if kind == "image":
             return f"image {i} ({self.images[row]})"
         return f"image {i} ({self.images[row]}) × text {self.text_names.index(self.texts[row])} ({self.texts[row]!r})"
+
+    def title_parts(self, row: int, chars: int = TITLE_CHARS) -> list[str]:
+        """Batch row ``row`` for a figure's title, in parts it may wrap between: ``image 1 cat.png``, ``text 0 “a
+        cat”`` (a long text cut to ``chars``), ``score 0.873``."""
+        parts = []
+        if self.kind != "text":
+            assert self.images is not None
+            parts.append(f"image {self.image_names.index(self.images[row])} {self.images[row]}")
+        if self.kind != "image":
+            t = self.texts[row]
+            t = t if len(t) <= chars else t[: chars - 1].rstrip() + "…"
+            parts.append(f"text {self.text_names.index(self.texts[row])} “{t}”")
+        return parts + [f"score {self.scores[row]:.3f}"]
 
     def table(self) -> list[list[float]]:
         """``[images][texts]`` of the scores (one image: one row)."""

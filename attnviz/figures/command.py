@@ -388,9 +388,10 @@ def _pick_row(result, row: int | None):
 
     n = result.batch_size
     scores = TextScores.from_info(result.info) if n > 1 else None
-    if scores is not None and len(scores.scores) == n:  # a dual encoder's scored rows: the one drawn, named
-        for line in [f"scores: {scores.words}", *scores.lines(row if row is not None else 0)]:
-            say(line)
+    if scores is not None and len(scores.scores) == n:  # a dual encoder's scores, as extract prints them (the row
+        print(f"scores: {scores.words}")  # drawn marked)
+        for line in scores.lines(row if row is not None else 0):
+            print(f"  {line}")
     if row is None:
         if n > 1 and beam_rows(result) is not None:
             say(f"the result holds {n} beams, best first; drawing beam 0 (pick another with --batch-index)")

@@ -189,7 +189,7 @@ def beam_part(result: AttentionResult) -> str:
 
 
 def pair_part(result: AttentionResult) -> str:
-    """``text 1 ('a dog') score 0.542`` for one row of a dual encoder's scored rows (picked: ``batch_row``), so a
+    """``text 1 “a dog” · score 0.542`` for one row of a dual encoder's scored rows (picked: ``batch_row``), so a
     figure of one candidate's maps says which; "" otherwise."""
     from attnviz.core.text_scores import TextScores
 
@@ -199,7 +199,7 @@ def pair_part(result: AttentionResult) -> str:
         return ""
     if scores.images is None and not isinstance(info.get("texts"), list):  # raw feeds' rows: no typed texts
         return ""
-    return f"{scores.row_label(row)} score {scores.scores[row]:.3f}"
+    return " · ".join(scores.title_parts(row))
 
 
 def make_title(result: AttentionResult, spec: FigureStyle, *parts: str) -> str:

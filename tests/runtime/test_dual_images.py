@@ -8,6 +8,8 @@ the images and the tokenizer's padded texts once each: CLIP's one text over the 
 SigLIP's every cell is the sigmoid of its pair's logit.
 """
 
+import json
+
 import numpy as np
 import pytest
 
@@ -142,3 +144,30 @@ def test_bad_input_is_one_line(tmp_path, capsys, images, argv, words):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
     assert not out.exists()
+
+
+def test_figure_draws_the_chosen_text_and_its_recipe_draws_it_again(tmp_path, capsys, images):
+    """``figure --text A --text B``: the maps of the row asked for (--batch-index; row 0 said where none is), the
+    title naming its text and score; the recipe keeps every text and image, and draws the same bytes."""
+    from attnviz.core.text_scores import TextScores
+    from attnviz.figures.layout import pair_part
+    from attnviz.runtime import open_model
+
+    paths, _ = images
+    model = _folder(tmp_path, "siglip")
+    argv = ["figure", str(model), "--image", str(paths[0]), "--text", TEXTS[0], "--text", TEXTS[1]]
+    out = tmp_path / "f.png"
+    assert main([*argv, "--view", "heatmap", "--out", str(out), "--batch-index", "1"]) == 0
+    printed = capsys.readouterr().out
+    res = open_model(model, provider="cpu").analyze(image=str(paths[0]), text=TEXTS[:2])
+    scores = TextScores.from_info(res.info)
+    assert scores is not None and f"text 1  {scores.scores[1]:.3f}  {TEXTS[1]}  ◀ shown" in printed
+    assert pair_part(pick_row(res, 1)) == f"text 1 “{TEXTS[1]}” · score {scores.scores[1]:.3f}"
+    recipe = json.loads((tmp_path / "f.png.recipe.json").read_text())
+    assert recipe["inputs"]["texts"] == TEXTS[:2] and recipe["options"]["batch_index"] == 1
+    again = tmp_path / "g.png"
+    assert main(["figure", "--recipe", str(tmp_path / "f.png.recipe.json"), "--out", str(again)]) == 0
+    assert again.read_bytes() == out.read_bytes()
+    # no --batch-index: row 0, said
+    assert main([*argv, "--view", "heatmap", "--out", str(tmp_path / "h.png")]) == 0
+    assert f"drawing text 0 ({TEXTS[0]!r}), score {scores.scores[0]:.3f}" in capsys.readouterr().err
