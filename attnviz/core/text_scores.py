@@ -196,18 +196,29 @@ class TextScores:
             out[imgs.index(im)][txts.index(t)] = s
         return out
 
-    def lines(self, shown: int | None = None) -> list[str]:
+    def lines(self, shown: int | None = None, table: bool = True) -> list[str]:
         """One line a row, in row order: ``text 0  0.873  a photo of a cat`` (``image 0  0.873  cat.png`` for one
-        text's images), or several of each: the table, an image a line, a text a column (``shown``: marked as the
+        text's images), or several of each: the table, an image a line, a text a column (``table`` False: a pair a
+        line, for a column too narrow for a table), then what each image and text is (``shown``: marked as the
         row the views draw)."""
         kind = self.kind
         if kind == "pair":
-            return self._table_lines(shown)
+            return self._table_lines(shown) if table else self._pair_lines(shown)
         names = self.texts if kind == "text" else (self.images or [])
         return [
             f"{kind} {i}  {s:.3f}  {t}" + ("  ◀ shown" if shown == i and len(self.texts) > 1 else "")
             for i, (t, s) in enumerate(zip(names, self.scores))
         ]
+
+    def _pair_lines(self, shown: int | None) -> list[str]:
+        """``image 0 × text 1  0.127`` a row, in row order, then each image's and text's name."""
+        imgs, txts = self.image_names, self.text_names
+        assert self.images is not None
+        rows = [
+            f"image {imgs.index(im)} × text {txts.index(t)}  {s:.3f}" + ("  ◀ shown" if shown == r else "")
+            for r, (im, t, s) in enumerate(zip(self.images, self.texts, self.scores))
+        ]
+        return rows + [f"image {i}: {n}" for i, n in enumerate(imgs)] + [f"text {j}: {t}" for j, t in enumerate(txts)]
 
     def _table_lines(self, shown: int | None) -> list[str]:
         """Images down, texts across, then what each text is; the shown row's cell in brackets."""

@@ -60,7 +60,7 @@ def _score_rows(info: dict, shown: int) -> list[tuple[str, object]]:
     scores = TextScores.from_info(info)
     if scores is None:
         return []
-    rows: list[tuple[str, object]] = [(SCORES, scores.lines(shown)), ("scored by", scores.words)]
+    rows: list[tuple[str, object]] = [(SCORES, scores.lines(shown, table=False)), ("scored by", scores.words)]
     kind = scores.kind
     if kind == "text" and isinstance(info.get("texts"), list) and len(scores.texts) > 1:
         rows.append(("image tower", "one image, run once per text: its maps are the same for every text"))
@@ -159,7 +159,7 @@ class ModelSidebar(QTreeWidget):
                 item.setText(1, _breakable(_short(said, RUN_CHARS)))
                 item.setToolTip(1, _tip(said))
             if item is not None and item.text(0) == SCORES and scores is not None:  # the text now shown marked
-                lines = scores.lines(self.session.sel.batch)
+                lines = scores.lines(self.session.sel.batch, table=False)
                 item.setText(1, "\n".join(_breakable(_short(x, RUN_CHARS)) for x in lines))
                 item.setToolTip(1, _tip("\n".join(lines)))
 
@@ -280,6 +280,7 @@ class ModelSidebar(QTreeWidget):
                     "text_pair",
                     "texts",  # the scores row names them
                     "text_scores",  # the scores row
+                    "row_images",  # (the scores row names each row's image)
                     "image",
                     "generated_ids",
                     "beams",  # the beams row above
