@@ -144,6 +144,8 @@ class TextScores:
         if self.rule == "softmax":
             each = "each image's " if self.images is not None and len(self.image_names) > 1 else ""
             return SOFTMAX_WORDS[self.over].format(each=each)
+        if self.rule == "sigmoid" and self.kind != "text":  # one text's images, or every pair: each pair judged alone
+            return "SigLIP's sigmoid of each pair's logits_per_image, each pair on its own"
         return RULES[self.rule].words
 
     @property
