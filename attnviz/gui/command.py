@@ -18,7 +18,6 @@ from attnviz.runtime.commands.common import (
 )
 from attnviz.runtime.request import AnalyzeRequest
 
-TEXT_SEPARATOR = "\n"  # a dual encoder's candidate texts in the texts box: one a line (a ';' is a text's own)
 MAX_WINDOW_SIDE = 16384  # pixels a side of the window --size asks for (a 1 GB screenshot at most)
 
 # Qt's loop runs the window: a SIGTERM raised as an exception in whichever slot ran next would not stop it cleanly
@@ -162,14 +161,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def input_values(args) -> dict:
     """The input flags given, as the input panel's fields: several ``--text`` (a dual encoder's candidate texts)
-    are the texts box's, one a line."""
+    stay a list, the texts box's lines (InputPanel.set_values)."""
     values = {
         k: getattr(args, k)
         for k in ("text", "text_pair", "image", "audio", "generate", "beams")
         if getattr(args, k) is not None
     }
-    if isinstance(values.get("text"), list):
-        values["text"] = TEXT_SEPARATOR.join(values["text"])
     return values
 
 

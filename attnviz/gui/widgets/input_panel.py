@@ -253,10 +253,11 @@ class InputPanel(QWidget):
         beams=None,
         max_seconds=None,
     ) -> None:
-        if text is not None:  # (a list: a dual encoder's texts, one a line; the one-line box holds the first)
-            lines = [str(t) for t in text] if isinstance(text, (list, tuple)) else str(text).splitlines() or [""]
-            self.text.setText(lines[0])
-            self.texts.setPlainText("\n".join(lines))
+        if text is not None:  # (a list, or lines: a dual encoder's texts, one a line in its texts box)
+            several = isinstance(text, (list, tuple))
+            # another model's one text as given (a document's line breaks kept); a list's texts as before the box
+            self.text.setText("; ".join(map(str, text)) if several else str(text))
+            self.texts.setPlainText("\n".join(map(str, text)) if several else str(text))
         if text_pair is not None:
             self.text_pair.setText(text_pair)
         if image is not None:
@@ -287,7 +288,7 @@ class InputPanel(QWidget):
             if pair and not self.texts.toPlainText().strip():
                 self.texts.setPlainText(self.text.text())
             elif not pair and not self.text.text():
-                self.text.setText(next(iter(self.texts.toPlainText().splitlines()), ""))
+                self.text.setText("; ".join(t for t in self.texts.toPlainText().splitlines() if t.strip()))
         self._pair = pair
         self.form.setRowVisible(self.text, not pair)
         self.form.setRowVisible(self.texts, pair)
