@@ -3,7 +3,10 @@
 A zero-shot run feeds one image against N candidate texts (the image repeated once per text, so row i is the image
 and text i); the graph's ``logits_per_image`` is ``[images, texts]``.  CLIP's score of text i is the softmax over
 the texts of image i's logits (the texts compete: the scores of one image sum to 1); SigLIP's is the sigmoid of
-the pair's own logit (each text judged alone, ``logit_bias`` in the graph).  Kept in ``result.info`` under
+the pair's own logit (each text judged alone, ``logit_bias`` in the graph).  Retrieval feeds one text against
+several images (its softmax over the images: ``logits_per_text``), and several of each every image against every
+text (:class:`PairLayout`: which image and text each row holds; the scores a table, each image's softmax over the
+texts).  Kept in ``result.info`` under
 :data:`TEXT_SCORES_KEY` (plain JSON, so an .npz keeps it) and said by extract, open and the window alike.
 """
 
