@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--image",
         action=SeveralImages,
         help="image file for vision / captioning models; again for several images in one prompt (a vision–language "
-        "model)",
+        "model), or several images each scored against the text(s) (a dual encoder: CLIP, SigLIP)",
     )
     p.add_argument("--audio", metavar="FILE", help="sound file (WAV, FLAC, OGG) for speech models (Whisper)")
     p.add_argument("--generate", type=int, default=None, metavar="N", help="greedy generation steps (decoder models)")
