@@ -2,8 +2,7 @@
 --recipe`` turns into the same bytes (as ``attnviz figure --out F.ext`` writes one).
 
 The sources part says what the window ran: the model file and the inputs of the run shown (or the maps file it
-opened).  Where the command line cannot repeat that run (a model opened by a stand-in, inputs with no file, several
-candidate texts) there is no recipe and :class:`WindowExport` says why; the view part is
+opened).  Where the command line cannot repeat that run (a model opened by a stand-in, inputs with no file) there is no recipe and :class:`WindowExport` says why; the view part is
 :mod:`attnviz.figures.from_selection`'s, kept only when it draws the same bytes.  Qt-free: it runs in a worker.
 """
 
@@ -42,8 +41,6 @@ class RunSources:
         req = self.request
         if self.model is None or req is None:
             raise AttnvizError("the result shown was not run from a model file")
-        if getattr(req, "texts", None):
-            raise AttnvizError("a recipe holds one text, and this run scored several")
         files = {}
         for key in ("image", "audio", "feeds"):
             value = getattr(req, key)
@@ -57,7 +54,7 @@ class RunSources:
             raise AttnvizError("the run did not use the model's cache, which the command line always does")
         out = dict(
             model=self.model,
-            text=req.text,
+            text=list(req.texts) if req.texts else req.text,  # a dual encoder's candidate texts, as --text each
             text_pair=req.text_pair,
             **files,
             tokenizer=self.tokenizer,

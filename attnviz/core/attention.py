@@ -400,6 +400,9 @@ IMAGE_GRIDS_KEY = "image_grids"
 # info: one prompt's several images, each image's patch grid among the vision tower's keys, in order (each image's
 # keys after the earlier ones': the vision block is their maps on the diagonal; AttentionResult.vision_grids)
 VISION_GRIDS_KEY = "vision_grids"
+# info: a dual encoder run on several images (retrieval, or every image against every text): each batch row's image,
+# an index into ``AttentionResult.images`` (AttentionResult.image_of)
+ROW_IMAGES_KEY = "row_images"
 # info: the maps are a vision–language model's vision tower run alone (its vision file opened by itself,
 # runtime/vlm_tower.py): its encoder block is named as the whole model names it (Block.name)
 VISION_TOWER_KEY = "vision_tower"
@@ -503,6 +506,15 @@ class AttentionResult:
             except (KeyError, TypeError, ValueError, AttributeError):  # a hand-edited file: no per-image grids
                 pass
         return []
+
+    def image_of(self, batch: int = 0) -> np.ndarray | None:
+        """Batch row ``batch``'s image: a dual encoder's several images each own their rows
+        (``info["row_images"]``, indices into ``images``); else the one ``image``."""
+        index = (self.info or {}).get(ROW_IMAGES_KEY)
+        if isinstance(index, list) and 0 <= batch < len(index) and isinstance(index[batch], int):
+            if 0 <= index[batch] < len(self.images):
+                return self.images[index[batch]]
+        return self.image
 
     def picture(self, k: int) -> AttentionResult:
         """This result seen through image ``k`` (0-based) of a prompt's several: that image, its tokens' grid and

@@ -13,7 +13,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from attnviz.core.attention import TOKEN_GRIDS_KEY, AttentionResult, MapSource, PooledSource, RowSource, TokenAxis
+from attnviz.core.attention import (
+    ROW_IMAGES_KEY,
+    TOKEN_GRIDS_KEY,
+    AttentionResult,
+    MapSource,
+    PooledSource,
+    RowSource,
+    TokenAxis,
+)
 from attnviz.core.frames import FramesMap
 
 ROWS_KEY = "rows"
@@ -40,14 +48,30 @@ def score_text(score: float) -> str:
 
 
 def row_noun(result: AttentionResult | None) -> str:
-    """What the views call one of the result's batch rows: "beam" for a beam search's hypotheses, "text" for a dual
-    encoder's candidate texts (one image against each: ``info["texts"]``)."""
+    """What the views call one of the result's batch rows: "beam" for a beam search's hypotheses; a dual encoder's
+    "text" (one image's candidate texts), "image" (one text's images) or "pair" (every image against every text)."""
     if result is None:
         return "batch row"
     if beam_rows(result) is not None:
         return "beam"
-    texts = (result.info or {}).get("texts")
-    return "text" if isinstance(texts, list) and len(texts) == result.batch_size > 1 else "batch row"
+    if scored_rows(result):  # one image's texts, one text's images, or every image × text pair
+        from attnviz.core.text_scores import TextScores
+
+        scores = TextScores.from_info(result.info)
+        return scores.kind if scores is not None else "batch row"
+    return "batch row"
+
+
+def scored_rows(result: AttentionResult) -> bool:
+    """The rows are a dual encoder's scored pairs (several texts, or images, against the other: each row's score in
+    ``info["text_scores"]``), not a batch of unrelated inputs."""
+    from attnviz.core.text_scores import TextScores
+
+    scores = TextScores.from_info(result.info) if result.batch_size > 1 else None
+    if scores is None or len(scores.scores) != result.batch_size:
+        return False
+    # typed texts or several images (raw feeds' rows, image i with text i, are a batch like any other)
+    return scores.images is not None or isinstance((result.info or {}).get("texts"), list)
 
 
 def beam_rows(result: AttentionResult) -> list[dict] | None:
@@ -142,7 +166,8 @@ def pick_row(result: AttentionResult, b: int) -> AttentionResult:
         k: (v[b : b + 1] if np.ndim(v) >= 1 and v.shape[0] == result.batch_size else v)
         for k, v in result.outputs.items()
     }
-    info = {k: v for k, v in result.info.items() if k not in (ROWS_KEY, TOKEN_GRIDS_KEY)}
+    # (a dual encoder's row images: the row's own is its image)
+    info = {k: v for k, v in result.info.items() if k not in (ROWS_KEY, TOKEN_GRIDS_KEY, ROW_IMAGES_KEY)}
     info["batch_row"] = b
     generated = result.generated
     beams = beam_rows(result)
@@ -156,6 +181,7 @@ def pick_row(result: AttentionResult, b: int) -> AttentionResult:
         tokens=tokens,
         key_tokens=key_tokens,
         token_grid=result.token_grid_of(b),  # where this row's image tokens lie (a VLM's padded batch)
+        image=result.image_of(b),  # a dual encoder's several images: this row's
         outputs=outputs,
         generated=generated,
         info=info,

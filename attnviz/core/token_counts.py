@@ -57,7 +57,7 @@ def token_lines(result: AttentionResult) -> list[tuple[str, list[str]]]:
         return [(name, [value]) for name, value in _one_row(result)]
     per = [_one_row(pick_row(result, b)) for b in range(min(result.batch_size, MAX_ROWS))]
     # a beam search's rows and a dual encoder's candidate texts, as the row box names them
-    noun = {"beam": "beam", "text": "text"}.get(row_noun(result), "row")
+    noun = {"beam": "beam", "text": "text", "image": "image", "pair": "pair"}.get(row_noun(result), "row")
     more = [f"… ({result.batch_size} {noun}s)"] if result.batch_size > MAX_ROWS else []
     rows = []
     for i, (name, value) in enumerate(per[0]):

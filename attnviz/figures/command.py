@@ -107,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="R.json",
         help="regenerate the figure a recipe describes (view options given here override it)",
     )
-    add_input_arguments(p, model_required=False, several_images=True)
+    add_input_arguments(p, model_required=False, several_images=True, several_texts=True)
     add_variant_argument(p)
     # not given: as many steps as the window takes for this kind of model (core.view.default_generate)
     p.set_defaults(generate=None, beams=None)  # --beams: recorded in a recipe only when given
@@ -280,7 +280,7 @@ def _sources_from_recipe(r: dict, args) -> dict:
     src = {
         "model": path(s.get("model")),
         "maps": path(s.get("maps")),
-        "text": i.get("text"),
+        "text": i.get("texts") or i.get("text"),  # a dual encoder's several texts, else the one
         "text_pair": i.get("text_pair"),
         # one image's entry, or (one prompt's several images) each file in order
         "image": path(i.get("image")) or ([e["path"] for e in i["images"]] if i.get("images") else None),
@@ -384,11 +384,19 @@ def _inputs_of(src: dict, args) -> dict:
 def _pick_row(result, row: int | None):
     """One batch row of the result; without --batch-index a batch draws row 0 and says so."""
     from attnviz.core.rows import beam_rows, pick_row
+    from attnviz.core.text_scores import TextScores
 
     n = result.batch_size
+    scores = TextScores.from_info(result.info) if n > 1 else None
+    if scores is not None and len(scores.scores) == n:  # a dual encoder's scores, as extract prints them (the row
+        print(f"scores: {scores.words}")  # drawn marked)
+        for line in scores.lines(row if row is not None else 0):
+            print(f"  {line}")
     if row is None:
         if n > 1 and beam_rows(result) is not None:
             say(f"the result holds {n} beams, best first; drawing beam 0 (pick another with --batch-index)")
+        elif scores is not None and len(scores.scores) == n:
+            say(f"drawing {scores.row_label(0)}, score {scores.scores[0]:.3f} (pick another row with --batch-index)")
         elif n > 1:
             say(f"the input holds {n} rows; drawing row 0 (pick another with --batch-index)")
         return pick_row(result, 0) if n > 1 else result

@@ -188,11 +188,25 @@ def beam_part(result: AttentionResult) -> str:
     return f"beam {int(info.get('batch_row', 0))} (score {score_text(score)})"
 
 
+def pair_part(result: AttentionResult) -> str:
+    """``text 1 “a dog” · score 0.542`` for one row of a dual encoder's scored rows (picked: ``batch_row``), so a
+    figure of one candidate's maps says which; "" otherwise."""
+    from attnviz.core.text_scores import TextScores
+
+    info = result.info or {}
+    scores, row = TextScores.from_info(info), info.get("batch_row")
+    if scores is None or not isinstance(row, int) or not 0 <= row < len(scores.scores) or len(scores.scores) < 2:
+        return ""
+    if scores.images is None and not isinstance(info.get("texts"), list):  # raw feeds' rows: no typed texts
+        return ""
+    return " · ".join(scores.title_parts(row))
+
+
 def make_title(result: AttentionResult, spec: FigureStyle, *parts: str) -> str:
-    """``spec.title`` if given; else ``model · [beam b ·] part · part``."""
+    """``spec.title`` if given; else ``model · [beam b · | text t ·] part · part``."""
     if spec.title is not None:
         return spec.title.replace("$", r"\$")
-    bits = [p for p in (model_name(result), beam_part(result), *parts) if p]
+    bits = [p for p in (model_name(result), beam_part(result), pair_part(result), *parts) if p]
     return " · ".join(bits).replace("$", r"\$")
 
 

@@ -37,7 +37,7 @@ _FILE_LISTS = (("inputs", "images"),)
 # the types of the values a recipe's sections hold besides its file entries (its "view" is a FigureSpec's fields):
 # checked before use, so a hand edit is one line naming the key (core.json_types), never an internal error
 _SECTION_TYPES: dict[str, dict] = {
-    "inputs": {"text": str | None, "text_pair": str | None, "generate": int | None},
+    "inputs": {"text": str | None, "texts": list[str] | None, "text_pair": str | None, "generate": int | None},
     "options": {
         "provider": str,
         "mode": str,
@@ -99,7 +99,7 @@ def make_recipe(
     *,
     model: str | os.PathLike | None = None,
     maps: str | os.PathLike | None = None,
-    text: str | None = None,
+    text: str | list[str] | None = None,
     text_pair: str | None = None,
     image: str | os.PathLike | list[str] | None = None,
     feeds: str | os.PathLike | None = None,
@@ -114,8 +114,11 @@ def make_recipe(
         raise AttnvizError("a recipe needs exactly one source: a model file or an 'attnviz extract' maps file")
     source = {"model": _file_entry(model)} if model is not None else {"maps": _file_entry(maps)}
     files = list(image) if isinstance(image, (list, tuple)) else [image] if image is not None else []
+    texts = list(text) if isinstance(text, (list, tuple)) else None
     inputs = {
-        "text": text,
+        "text": texts[0] if texts else text,
+        # a dual encoder's several candidate texts, in order (recipes of one text have no such key)
+        **({"texts": texts} if texts and len(texts) > 1 else {}),
         "text_pair": text_pair,
         "image": _file_entry(files[0]) if len(files) == 1 else None,
         # several images in one prompt: each file in order (recipes of one image have no such key)

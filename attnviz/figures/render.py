@@ -23,7 +23,7 @@ from matplotlib.typing import RcKeyType
 from attnviz import AttnvizError, __version__
 from attnviz.core import limits
 from attnviz.core.attention import AttentionResult
-from attnviz.core.rows import beam_rows, pick_row
+from attnviz.core.rows import beam_rows, pick_row, scored_rows
 from attnviz.core.setting_words import name as setting_name
 from attnviz.core.view import Selection
 from attnviz.core.writes import atomic_write_bytes
@@ -126,9 +126,10 @@ def render_figure(
     if reason:
         raise AttnvizError(reason, param="view")
     drawn, drawn_sel = result, selection
-    if beam_rows(result) is not None:
+    if beam_rows(result) is not None or scored_rows(result):
         # the window exports a beam search's result whole with the beam in its selection: draw that beam alone,
-        # as `figure --batch-index` does, so its title names the beam and its score (not the output's own)
+        # as `figure --batch-index` does, so its title names the beam and its score (not the output's own); a dual
+        # encoder's row likewise names its text (or image) and score
         drawn, drawn_sel = pick_row(result, selection.batch), selection.with_(batch=0)
     with style():
         fig = draw(drawn, drawn_sel, st)

@@ -522,7 +522,7 @@ IMAGES_A_ROW = 4  # several heads' pictures wrap after this many a row (a tiled 
 
 def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     spec = style
-    image = _rgb(vm.pictured(result, sel.picture).image)  # the image chosen of a prompt's several
+    image = _rgb(vm.pictured(result, sel.picture, sel.batch).image)  # the image chosen of a prompt's several
     # one map, or several heads side by side on one colour scale (the view model's pictures, captions and title)
     # --vmax: the top of the one colour scale, as the token maps take it (the view model's scale, so bar and heat agree)
     ho = vm.heads_overlay(result, _image_selection(sel), image.shape[:2], vmax=style.vmax)

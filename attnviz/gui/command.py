@@ -18,7 +18,6 @@ from attnviz.runtime.commands.common import (
 )
 from attnviz.runtime.request import AnalyzeRequest
 
-TEXT_SEPARATOR = "; "  # a dual encoder's candidate texts in the text box (the input panel splits them there)
 MAX_WINDOW_SIDE = 16384  # pixels a side of the window --size asks for (a 1 GB screenshot at most)
 
 # Qt's loop runs the window: a SIGTERM raised as an exception in whichever slot ran next would not stop it cleanly
@@ -37,8 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--text",
         action=SeveralTexts,
-        help="input text; again for several candidate texts, each scored against the image (a dual encoder: CLIP, "
-        "SigLIP; the text box shows them between ';')",
+        help="input text; again for several candidate texts, each scored against the image(s) (a dual encoder: CLIP, "
+        "SigLIP; its texts box shows them one a line)",
     )
     p.add_argument("--text-file", metavar="FILE", help=TEXT_FILE_HELP)
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
@@ -46,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--image",
         action=SeveralImages,
         help="image file for vision / captioning models; again for several images in one prompt (a vision–language "
-        "model)",
+        "model), or several images each scored against the text(s) (a dual encoder: CLIP, SigLIP)",
     )
     p.add_argument("--audio", metavar="FILE", help="sound file (WAV, FLAC, OGG) for speech models (Whisper)")
     p.add_argument("--generate", type=int, default=None, metavar="N", help="greedy generation steps (decoder models)")
@@ -164,14 +163,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def input_values(args) -> dict:
     """The input flags given, as the input panel's fields: several ``--text`` (a dual encoder's candidate texts)
-    are the text box's, between ';'."""
+    stay a list, the texts box's lines (InputPanel.set_values)."""
     values = {
         k: getattr(args, k)
         for k in ("text", "text_pair", "image", "audio", "generate", "beams")
         if getattr(args, k) is not None
     }
-    if isinstance(values.get("text"), list):
-        values["text"] = TEXT_SEPARATOR.join(values["text"])
     return values
 
 

@@ -23,6 +23,7 @@ from attnviz.core import metadata as md
 from attnviz.core.attention import (
     IMAGE_GRIDS_KEY,
     PATCH_GRIDS_KEY,
+    ROW_IMAGES_KEY,
     SPEECH_PROMPT_KEY,
     TOKEN_GRIDS_KEY,
     VISION_GRIDS_KEY,
@@ -312,6 +313,9 @@ def _labelled(
                 RowAxes(patch_axis(grid, n_keys), a.key_tokens if a.key_tokens is not None else a.tokens) for a in axes
             ]
         result.image = prep.shown
+        if prep.pair_images and prep.pair_layout is not None:  # a dual encoder's images: each row shows its own
+            result.images = list(prep.pair_images)
+            result.info[ROW_IMAGES_KEY] = list(prep.pair_layout.row_image)
     set_row_axes(result, axes)
     if model.kind in ("vision", "encoder"):  # a dual encoder's scores (or why a tower alone has none)
         info.notes += _text_scores(model, req, prep, result)
@@ -354,13 +358,17 @@ def _text_scores(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, resul
     """Each row's score against its image, from the model's own pair logits (runtime/dual_scores.py)."""
     from attnviz.runtime.dual_scores import attach_scores, row_text
 
-    if req.texts:
-        texts = list(req.texts)
-    elif req.text is not None and prep.batch == 1:
-        texts = [req.text]
-    else:  # raw feeds: each row's text as its tokens say it
-        texts = [row_text(a) for a in prep.src_rows]
-    return attach_scores(model, result, texts)
+    layout = prep.pair_layout
+    given = list(req.texts) if req.texts else [req.text] if req.text is not None else None
+    if layout is not None and given is not None:  # typed texts (and images): each row's own
+        texts = [given[j] for j in layout.row_text]
+        names = prep.pair_image_names
+        images = [names[i] for i in layout.row_image] if names else None
+        return attach_scores(model, result, texts, images, layout)
+    if given is not None and prep.batch == 1:
+        return attach_scores(model, result, given)
+    # raw feeds: each row's text as its tokens say it
+    return attach_scores(model, result, [row_text(a) for a in prep.src_rows])
 
 
 def _image_name(image) -> str | None:

@@ -20,6 +20,7 @@ from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import AudioTrack, TokenAxis
 from attnviz.core.setting_words import fix
+from attnviz.core.text_scores import PairLayout
 from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.audio_notes import LANGUAGE
@@ -59,6 +60,11 @@ class Prepared:
     image_count: int = 0  # the images given (a vision–language prompt may hold several)
     images: list[np.ndarray] | None = None  # several images: each as the model saw it, in order (shown: the first)
     image_tiles_each: list = field(default_factory=list)  # each image's split (image_tiles: the last), in order
+    # a dual encoder's several images (one text's, or every image against every text): each as the model saw it and
+    # its name, in order; the rows' images and texts (core.text_scores.PairLayout) once the texts are in
+    pair_images: list[np.ndarray] | None = None
+    pair_image_names: list[str] | None = None
+    pair_layout: PairLayout | None = None
     speech_prompt: int = 0  # a speech decoder's forced prompt length (the transcript is fed after it); 0: none
 
 
@@ -225,13 +231,8 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     sources = list(req.image) if isinstance(req.image, (list, tuple)) else [req.image]
     prep.image_count = len(sources)
     if len(sources) > 1 and model.kind == "vision" and by_role(model, "tokens") is not None:
-        texts = len(req.texts) if req.texts else int(req.text is not None)
-        raise AttnvizError(
-            f"{len(sources)} images and {texts} text{'s' if texts != 1 else ''} given: {model.path.name} is a dual "
-            "encoder, run on one image against one or more texts (--image once, --text once per text); to pair "
-            "image i with text i, give raw feeds with as many images as texts (--inputs)",
-            param="image",
-        )
+        _dual_images(model, sources, spec, feeds, prep, img_in)  # several images against the texts: rows
+        return
     sized = model.several_images(len(sources))  # refused in one line where the model takes one image a run
     loaded, infos = [], []
     for source in sources:
@@ -266,6 +267,28 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
         padded[k, ..., : px.shape[-2], : px.shape[-1]] = px[0]
     feeds[img_in.name] = padded
     feeds[sized] = np.asarray(sizes, np.int64)
+
+
+def _dual_images(model: AttnModel, sources: list, spec: ip.ImageSpec, feeds: dict, prep: Prepared, img_in) -> None:
+    """A dual encoder's several images (retrieval: which of these is a cat?): each through the image processing,
+    one image a batch row for now (:func:`_pair_text` repeats them against the texts); each image's name kept for
+    the scores (two of one name told apart by their number)."""
+    loaded = [_one_image(model, source, spec, prep) for source in sources]
+    sizes = [tuple(int(d) for d in px.shape[1:]) for px, _ in loaded]
+    if len(set(sizes)) > 1:  # the processing resizes each to the model's size: only a size-less export gets here
+        said = ", ".join(f"{w}x{h}" for _, h, w in sizes)
+        raise AttnvizError(
+            f"the images came out at different sizes ({said}) and {model.path.name} runs them as one batch: give "
+            "--image-size H W so each is resized to the same size",
+            param="image_size",
+        )
+    names = [Path(s).name if isinstance(s, (str, os.PathLike)) else f"image {k}" for k, s in enumerate(sources)]
+    if len(set(names)) < len(names):
+        names = [f"{n} ({k})" for k, n in enumerate(names)]
+    feeds[img_in.name] = np.concatenate([px for px, _ in loaded], axis=0)
+    prep.shown = loaded[0][1]
+    prep.pair_images = [shown for _, shown in loaded]
+    prep.pair_image_names = names
 
 
 def _one_image(model: AttnModel, source, spec: ip.ImageSpec, prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
@@ -568,8 +591,11 @@ def _pair_text(b: _Build) -> None:
     """A dual encoder's text: into its text tower's token inputs, as any encoder's (the image went in through
     :func:`_image`); its rows become the text tower's axis (the image's patches are the other).  Several texts
     (zero-shot: one image against candidate texts) are one batch row each, padded as the tokenizer pads, and the
-    image is repeated once per text: row i is the image and text i, which the pair logits score."""
-    if b.req.texts is None:
+    image is repeated once per text: row i is the image and text i, which the pair logits score.  Several images
+    (:func:`_dual_images`) are each run against every text: row r is image r // texts and text r % texts
+    (:meth:`PairLayout.grid`), one text against several images its rows the images."""
+    images = b.prep.pair_images
+    if b.req.texts is None and images is None:
         _encoder_text(b)
         return
     from attnviz.runtime.text_batch import pad_rows, padding_for
@@ -579,8 +605,17 @@ def _pair_text(b: _Build) -> None:
     b.src_tok, b.tgt_tok = b.model.tokenizers
     if b.src_tok is None:
         raise _no_tokenizer(b.model)
+    texts = list(b.req.texts) if b.req.texts is not None else [str(b.req.text)]
+    n_images = len(images) if images is not None else 1
+    if n_images > 1 and b.req.text_pair is not None:
+        raise AttnvizError(
+            "several images are scored against texts alone, no text pair: drop --text-pair", param="text_pair"
+        )
+    if n_images > 1 and len(texts) > 1 and len(set(texts)) < len(texts):  # the table's columns are the texts
+        again = next(t for k, t in enumerate(texts) if t in texts[:k])
+        raise AttnvizError(f"the text {again!r} is given twice; give each candidate text once", param="text")
     encs = []
-    for k, text in enumerate(b.req.texts):
+    for k, text in enumerate(texts):
         enc = b.src_tok.encode(text)
         if not enc.ids:
             raise AttnvizError(f"text {k + 1} ({text!r}) gives no tokens; type some words", param="text")
@@ -593,6 +628,9 @@ def _pair_text(b: _Build) -> None:
         encs.append(enc)
     pad = padding_for(b.model, b.src_tok)
     rows, masks = pad_rows(encs, pad)
+    # every image against every text: row r is image r // texts and text r % texts
+    layout = PairLayout.grid(n_images, len(texts))
+    rows, masks = [rows[j] for j in layout.row_text], [masks[j] for j in layout.row_text]
     b.prep.notes += [pad.length_note] if pad.length_note else []
     fill_text_inputs(b.model, b.feeds, rows, None, ENCODER_ROLES)
     mask_in = by_role(b.model, "mask")
@@ -606,7 +644,8 @@ def _pair_text(b: _Build) -> None:
         b.prep.notes.append(
             "the texts were padded with id 0: neither the tokenizer files nor the model name a pad token"
         )
-    b.feeds[b.prep.img_in.name] = np.repeat(b.feeds[b.prep.img_in.name][:1], len(rows), axis=0)
+    b.feeds[b.prep.img_in.name] = b.feeds[b.prep.img_in.name][:n_images][layout.row_image]
+    b.prep.pair_layout = layout
     b.prep.batch = len(rows)
     b.prep.src_rows = [labels(b.src_tok, r, m) for r, m in zip(rows, masks)]
 
@@ -620,7 +659,7 @@ def _several_texts_refused(b: _Build) -> None:
         why = f"{b.model.path.name} ({b.model.kind}) takes one text"
     raise AttnvizError(
         f"{n} texts given and {why}; several texts (--text once per text) are for a dual encoder (CLIP, SigLIP), "
-        "each scored against one image: give one text",
+        "each scored against the image(s): give one text",
         param="text",
     )
 
@@ -760,7 +799,8 @@ def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     for media in MEDIA_BUILDERS:
         media(model, req, feeds, prep)
     # (one prompt's several images are no batch of rows)
-    several = (prep.img_in.name, "image_sizes") if prep.images and prep.img_in else ()
+    # (a dual encoder's several images: rows once the texts are in, _pair_text)
+    several = (prep.img_in.name, "image_sizes") if (prep.images or prep.pair_images) and prep.img_in else ()
     prep.batch = max((v.shape[0] for k, v in feeds.items() if v.ndim >= 2 and k not in several), default=1)
     dec_in, tok_in = by_role(model, "decoder_tokens"), by_role(model, "tokens")
     # the token input of an image-captioning graph or a decoder-only graph is the decoder's

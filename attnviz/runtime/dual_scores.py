@@ -16,7 +16,7 @@ import numpy as np
 
 from attnviz.core import metadata as md
 from attnviz.core.attention import AttentionResult, TokenAxis
-from attnviz.core.text_scores import RULES, TEXT_SCORES_KEY, TextScores
+from attnviz.core.text_scores import RULES, TEXT_SCORES_KEY, PairLayout, TextScores
 from attnviz.runtime.graph.labels import DUAL_ENCODER_MODEL_TYPES
 from attnviz.runtime.sidecar import sidecar_json, sidecar_stamps
 
@@ -60,13 +60,14 @@ def score_rule(model: AttnModel, result: AttentionResult) -> str:
     return "sigmoid" if any(s.kind == "pooling" and s.tower == "image" for s in result.sites) else "softmax"
 
 
-def pair_logits(outputs: dict) -> tuple[str, np.ndarray] | None:
-    """The graph output of the pair logits as ``[images, texts]`` (None: the export has none)."""
-    for name, transposed in LOGIT_OUTPUTS.items():
+def pair_logits(outputs: dict, prefer: str = "logits_per_image") -> tuple[str, np.ndarray] | None:
+    """The graph output of the pair logits as ``[images, texts]`` (None: the export has none); ``prefer`` the one
+    named where the graph has both (one text's images are scored from ``logits_per_text``, as CLIP's users do)."""
+    for name in sorted(LOGIT_OUTPUTS, key=lambda n: n != prefer):
         a = outputs.get(name)
         if a is not None and np.ndim(a) == 2:
             a = np.asarray(a)
-            return name, (a.T if transposed else a)
+            return name, (a.T if LOGIT_OUTPUTS[name] else a)
     return None
 
 
@@ -78,9 +79,17 @@ def row_text(axis: TokenAxis | None) -> str:
     return " ".join(t for t, s in zip(axis.labels, sp) if not s)
 
 
-def attach_scores(model: AttnModel, result: AttentionResult, texts: list[str]) -> list[str]:
+def attach_scores(
+    model: AttnModel,
+    result: AttentionResult,
+    texts: list[str],
+    images: list[str] | None = None,
+    layout: PairLayout | None = None,
+) -> list[str]:
     """Put each row's score in ``result.info`` (:data:`TEXT_SCORES_KEY`); the notes to add to the run (why there
-    is no score).  ``texts``: each batch row's text (typed, or read from the row's tokens)."""
+    is no score).  ``texts``: each batch row's text (typed, or read from the row's tokens); ``images``: each row's
+    image name where the run had several images, ``layout`` which image and text each row holds (None: row i is
+    image i and text i)."""
     if not is_dual(result):
         t = model_type(model)
         if t in DUAL_ENCODER_MODEL_TYPES:  # one tower of a dual encoder, exported alone
@@ -89,14 +98,15 @@ def attach_scores(model: AttnModel, result: AttentionResult, texts: list[str]) -
                 "logits_per_image output)"
             ]
         return []
-    got = pair_logits(result.outputs)
+    layout = layout or PairLayout.diagonal(len(texts))
+    got = pair_logits(result.outputs, "logits_per_text" if layout.over == "images" else "logits_per_image")
     if got is None:
         outs = ", ".join(result.outputs) or "none"
         return [f"no score: {model.path.name} has no logits_per_image output (its outputs: {outs})"]
     name, logits = got
-    rule = score_rule(model, result)
-    scores = RULES[rule].scores(logits)
-    if len(scores) != len(texts):  # a batch of other counts (refused before a run; kept from a feeds file)
+    if logits.shape != (len(texts), len(texts)):  # a batch of other counts (refused before a run; a feeds file)
         return [f"no score: {name} is {list(logits.shape)} for {len(texts)} rows"]
-    result.info[TEXT_SCORES_KEY] = TextScores(list(texts), scores, rule, name).to_dict()
+    rule = score_rule(model, result)
+    scores = RULES[rule].scores(logits, layout)
+    result.info[TEXT_SCORES_KEY] = TextScores(list(texts), scores, rule, name, images, layout.over).to_dict()
     return []

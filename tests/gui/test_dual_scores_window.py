@@ -27,7 +27,7 @@ def test_siglip_scores_each_candidate_text(qtbot, real_window, tmp_path):
     path = dual_cache.export_dual("siglip", "model", tmp_path)
     hf_models.word_tokenizer(99, bert_style=False).save_pretrained(str(tmp_path))
     w = real_window
-    open_and_wait(qtbot, w, path, image=str(IMAGE), text="; ".join(TEXTS))
+    open_and_wait(qtbot, w, path, image=str(IMAGE), text="\n".join(TEXTS))
     assert w.inputs.request().texts == tuple(TEXTS)
     r = w.session.result
     assert r.batch_size == 3
@@ -65,14 +65,30 @@ def test_one_text_is_one_row(qtbot, real_window, tmp_path):
     assert w.sidebar.values("Run")["scores"] == "text 0  1.000  the cat sat"  # CLIP: a softmax over one text
 
 
-def test_open_takes_text_again_for_each_candidate():
-    """``attnviz open MODEL --image I --text a --text b``: the text box holds both, as the panel splits them."""
+def test_open_takes_text_again_for_each_candidate(qtbot):
+    """``attnviz open MODEL --image I --text a --text b``: the texts box holds them one a line, and the request is
+    those texts (a ';' inside one stays in it); a text typed with line breaks is one text a line."""
+    from types import SimpleNamespace
+
     from attnviz.cli import build_parser
     from attnviz.gui.command import input_values
-    from attnviz.gui.widgets.input_panel import several_texts
+    from attnviz.gui.widgets.input_panel import InputPanel
 
-    args = build_parser().parse_args(["open", "m.onnx", "--image", "i.png", "--text", "a cat", "--text", "a dog"])
+    args = build_parser().parse_args(
+        ["open", "m.onnx", "--image", "i.png", "--text", "a cat; a mat", "--text", "a dog"]
+    )
     values = input_values(args)
-    assert values["text"] == "a cat; a dog" and several_texts(values["text"]) == ["a cat", "a dog"]
+    assert values["text"] == ["a cat; a mat", "a dog"]
+    panel = InputPanel()
+    qtbot.addWidget(panel)
+    dual = SimpleNamespace(kind="vision", roles={"input_ids": "tokens", "pixel_values": "image"}, path=None)
+    panel.configure_for(dual)
+    panel.set_values(text=values["text"], image="i.png")
+    assert panel.texts.toPlainText() == "a cat; a mat\na dog"
+    assert panel.request().texts == ("a cat; a mat", "a dog")
+    panel.texts.setPlainText("  a red car \n\n a blue bus;  \n")  # blank lines and the lines' ends dropped
+    assert panel.request().texts == ("a red car", "a blue bus;")
+    panel.texts.setPlainText("one text; not split")
+    assert panel.request().text == "one text; not split" and panel.request().texts is None
     one = input_values(build_parser().parse_args(["open", "m.onnx", "--text", "a cat; not split here"]))
     assert one["text"] == "a cat; not split here"

@@ -159,7 +159,6 @@ def test_raw_feeds_pair_image_i_with_text_i(tmp_path, image):
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["--image", "IMG", "--image", "IMG", "--text", "a", "--text", "b", "--text", "c"], "2 images and 3 texts"),
         (["--image", "IMG", "--text", "a", "--text", "b", "--text-pair", "c"], "no text pair"),
     ],
 )

@@ -151,7 +151,7 @@ class _Drawn:
 def _drawn(result: AttentionResult, sel: Selection, blocks: list[Block] | None) -> _Drawn:
     blocks = result_blocks(result, sel, blocks)
     which = picture_label(result, sel.picture)
-    result = pictured(result, sel.picture)
+    result = pictured(result, sel.picture, sel.batch)
     src = image_source(result, blocks, sel.block, sel.image_from)
     if src is None:
         raise ViewError(

@@ -8,6 +8,7 @@ one query's row into the picture, :mod:`.heat` draws it over the image.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from attnviz.core import windows
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
@@ -25,9 +26,10 @@ def picture_count(result: AttentionResult) -> int:
     return max(1, len(result.image_grids()))
 
 
-def pictured(result: AttentionResult, picture: int) -> AttentionResult:
+def pictured(result: AttentionResult, picture: int, batch: int = 0) -> AttentionResult:
     """``result`` seen through image ``picture`` (0-based) of its prompt's several (refused in one line when it
-    holds no such image): what Image regions draws, on screen and in the figure."""
+    holds no such image): what Image regions draws, on screen and in the figure.  ``batch``: the row drawn (a dual
+    encoder's several images: each row's own image)."""
     n = picture_count(result)
     if not 0 <= picture < n:
         raise ViewError(
@@ -36,7 +38,9 @@ def pictured(result: AttentionResult, picture: int) -> AttentionResult:
             + (" (choose one of them with --picture N)" if n > 1 else ""),
             param="picture",
         )
-    return result.picture(picture)
+    seen = result.picture(picture)
+    own = result.image_of(batch)
+    return seen if own is result.image else replace(seen, image=own)
 
 
 def picture_label(result: AttentionResult, picture: int) -> str:

@@ -187,7 +187,7 @@ class ImageRegionsView(View):
     def _pictured(self):
         """The result seen through the image chosen of its prompt's several (the result itself for one image)."""
         s = self.session
-        return vm.pictured(s.result, min(s.sel.picture, vm.picture_count(s.result) - 1))
+        return vm.pictured(s.result, min(s.sel.picture, vm.picture_count(s.result) - 1), s.sel.batch)
 
     def reason(self) -> str | None:
         why = super().reason()

@@ -33,7 +33,15 @@ TEXT_TIP = (
     "which candidate text to show (each text's score is in the Run section): the text tower's maps are that "
     "text's; the image tower's maps are the same for every text (one image, run once per text)"
 )
-ROW_TIPS = {"beam": BEAM_TIP, "text": TEXT_TIP}
+IMAGE_TIP = (
+    "which image to show (each image's score against the text is in the Run section): the image tower's maps and "
+    "the picture are that image's; the text tower's maps are the same for every image (one text, run once per image)"
+)
+PAIR_TIP = (
+    "which image × text pair to show (row r: image r ÷ texts, text r mod texts; the score table is in the Run "
+    "section): the image tower's maps are the pair's image's, the text tower's its text's"
+)
+ROW_TIPS = {"beam": BEAM_TIP, "text": TEXT_TIP, "image": IMAGE_TIP, "pair": PAIR_TIP}
 
 
 class Controls(QWidget):

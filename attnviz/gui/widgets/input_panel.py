@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from attnviz.app.fields import LABELS
 from attnviz.app.rules import takes_audio
 from attnviz.core import preprocess
+from attnviz.gui.widgets.texts_box import TextsBox, split_lines
 from attnviz.runtime.request import MAX_BEAMS, AnalyzeRequest
 
 if TYPE_CHECKING:
@@ -66,22 +67,6 @@ def several_images(text: str | None) -> str | list[str] | None:
     return paths if len(paths) > 1 else text
 
 
-PAIR_HINT = "a text, or several candidates: a photo of a cat; a photo of a dog"
-PAIR_TIP = (
-    "A dual encoder (CLIP, SigLIP) scores the image against each text: give one text, or several separated by ';' "
-    "(each a batch row, as --text given once per text on the command line). The Run section lists each text's "
-    "score; the text box beside the views switches the text tower's maps."
-)
-
-
-def several_texts(text: str | None) -> str | list[str] | None:
-    """A dual encoder's text box as the request's text: one text, or the candidates between ';' (``a cat; a dog``)."""
-    if not text:
-        return text
-    texts = [t.strip() for t in text.split(";") if t.strip()]
-    return texts if len(texts) > 1 else text
-
-
 def takes_image_and_text(model: AttnModel | None) -> bool:
     """A dual encoder (CLIP, SigLIP whole): an image tower and a text tower, both fed on every run."""
     return model is not None and model.kind == "vision" and "tokens" in set(model.roles.values())
@@ -107,6 +92,8 @@ class InputPanel(QWidget):
             # Qt's default cap (32,767 characters) silently cut a pasted or `open --text` long document, about
             # 7,000 tokens of English: the run was of another text than the one given, and nothing said so
             box.setMaxLength(TEXT_MAX_CHARS)
+        # a dual encoder's candidate texts, one a line (shown in the text row's place: configure_for)
+        self.texts = TextsBox()
         self.image = QLineEdit()
         self.image.setPlaceholderText("image file for vision / captioning models (several: a.png; b.png)")
         self.browse = QPushButton("…")
@@ -177,6 +164,8 @@ class InputPanel(QWidget):
         btn_row.addWidget(self.cancel_button)
         form = self.form = QFormLayout(self)
         form.addRow("text", self.text)
+        form.addRow("texts", self.texts)
+        form.setRowVisible(self.texts, False)
         form.addRow("text pair", self.text_pair)
         form.addRow("image", img_row)
         form.addRow("audio", audio_row)
@@ -193,6 +182,8 @@ class InputPanel(QWidget):
         form.addRow(btn_row)
         form.addRow(self.progress)
         self.text.returnPressed.connect(self.request_run)
+        self.texts.run_requested.connect(self.request_run)
+        self.texts.textChanged.connect(self._on_edited)
         self.text_pair.returnPressed.connect(self.request_run)
         self.image.returnPressed.connect(self.request_run)
         self.audio.returnPressed.connect(self.request_run)
@@ -214,14 +205,14 @@ class InputPanel(QWidget):
         """What the fields ask for, as the same :class:`AnalyzeRequest` the CLI builds from the equivalent flags
         (checked by the same rule: a bad value raises the same one-line :class:`AttnvizError`)."""
         values = self.values()
-        text = several_texts(values["text"]) if self._pair else values["text"]
+        text = split_lines(values["text"]) if self._pair else values["text"]
         return AnalyzeRequest(**values | {"image": several_images(values["image"]), "text": text})
 
     def values(self) -> dict:
         """The fields by :class:`AnalyzeRequest` field name (also what :mod:`attnviz.gui.restore` saves).  Fields
         the current model does not take are disabled and not sent; an empty box is a flag not given."""
         return {
-            "text": (self.text.text() or None) if self.text.isEnabled() else None,
+            "text": self._text(),
             "text_pair": (self.text_pair.text() or None) if self.text_pair.isEnabled() else None,
             "image": (self.image.text().strip() or None) if self.image.isEnabled() else None,
             "audio": (self.audio.text().strip() or None) if self.audio.isEnabled() else None,
@@ -232,6 +223,12 @@ class InputPanel(QWidget):
             "max_seconds": (float(self.max_seconds.value()) or None) if self.max_seconds.isEnabled() else None,
             **self.image_options(),
         }
+
+    def _text(self) -> str | None:
+        """The text box's text; a dual encoder's: its texts box's lines (one text a line, split by request)."""
+        if self._pair:
+            return self.texts.toPlainText().strip() or None
+        return (self.text.text() or None) if self.text.isEnabled() else None
 
     def image_options(self) -> dict:
         """image_mean / image_std / image_size for the runtime, only for what the user chose."""
@@ -256,8 +253,11 @@ class InputPanel(QWidget):
         beams=None,
         max_seconds=None,
     ) -> None:
-        if text is not None:
-            self.text.setText(text)
+        if text is not None:  # (a list, or lines: a dual encoder's texts, one a line in its texts box)
+            several = isinstance(text, (list, tuple))
+            # another model's one text as given (a document's line breaks kept); a list's texts as before the box
+            self.text.setText("; ".join(map(str, text)) if several else str(text))
+            self.texts.setPlainText("\n".join(map(str, text)) if several else str(text))
         if text_pair is not None:
             self.text_pair.setText(text_pair)
         if image is not None:
@@ -283,9 +283,17 @@ class InputPanel(QWidget):
         self.browse.setEnabled(vision or model is None)
         caption = takes_caption(model)
         self.text.setEnabled(not vision or caption or takes_image_and_text(model) or model is None)
-        self._pair = takes_image_and_text(model)
-        self.text.setPlaceholderText(CAPTION_HINT if caption else PAIR_HINT if self._pair else TEXT_HINT)
-        self.text.setToolTip(CAPTION_TIP if caption else PAIR_TIP if self._pair else "")
+        pair = takes_image_and_text(model)
+        if pair != self._pair:  # the text typed goes with it into the box shown
+            if pair and not self.texts.toPlainText().strip():
+                self.texts.setPlainText(self.text.text())
+            elif not pair and not self.text.text():
+                self.text.setText("; ".join(t for t in self.texts.toPlainText().splitlines() if t.strip()))
+        self._pair = pair
+        self.form.setRowVisible(self.text, not pair)
+        self.form.setRowVisible(self.texts, pair)
+        self.text.setPlaceholderText(CAPTION_HINT if caption else TEXT_HINT)
+        self.text.setToolTip(CAPTION_TIP if caption else "")
         label = self.form.labelForField(self.text)
         if label is not None:
             label.setText("caption" if caption else "text")

@@ -54,14 +54,20 @@ def _tip(v) -> str:
 
 
 def _score_rows(info: dict, shown: int) -> list[tuple[str, object]]:
-    """A dual encoder's scores for the Run section: each text and its score (the one the views show marked), the
-    rule that made them, and, where one image ran against every text, that its tower's maps are alike in every row."""
+    """A dual encoder's scores for the Run section: each text's (or image's) score, the one the views show marked,
+    or the table of every image against every text, the shown pair's cell in brackets; the rule that made them;
+    and which tower's maps are alike in every row (the one image's, or the one text's)."""
     scores = TextScores.from_info(info)
     if scores is None:
         return []
-    rows: list[tuple[str, object]] = [(SCORES, scores.lines(shown)), ("scored by", scores.words)]
-    if isinstance(info.get("texts"), list) and len(scores.texts) > 1:
+    rows: list[tuple[str, object]] = [(SCORES, scores.lines(shown, table=False)), ("scored by", scores.words)]
+    kind = scores.kind
+    if kind == "text" and isinstance(info.get("texts"), list) and len(scores.texts) > 1:
         rows.append(("image tower", "one image, run once per text: its maps are the same for every text"))
+    elif kind == "image":
+        rows.append(("text tower", "one text, run once per image: its maps are the same for every image"))
+    elif kind == "pair":
+        rows.append(("rows", "every image against every text: row r is image r ÷ texts, text r mod texts"))
     return rows
 
 
@@ -153,7 +159,7 @@ class ModelSidebar(QTreeWidget):
                 item.setText(1, _breakable(_short(said, RUN_CHARS)))
                 item.setToolTip(1, _tip(said))
             if item is not None and item.text(0) == SCORES and scores is not None:  # the text now shown marked
-                lines = scores.lines(self.session.sel.batch)
+                lines = scores.lines(self.session.sel.batch, table=False)
                 item.setText(1, "\n".join(_breakable(_short(x, RUN_CHARS)) for x in lines))
                 item.setToolTip(1, _tip("\n".join(lines)))
 
@@ -274,6 +280,7 @@ class ModelSidebar(QTreeWidget):
                     "text_pair",
                     "texts",  # the scores row names them
                     "text_scores",  # the scores row
+                    "row_images",  # (the scores row names each row's image)
                     "image",
                     "generated_ids",
                     "beams",  # the beams row above

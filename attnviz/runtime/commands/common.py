@@ -81,7 +81,7 @@ def add_input_arguments(
             metavar="T",
             action=SeveralTexts,
             help="text (tokenised with the model's tokenizer); give it again for several candidate texts, each scored "
-            "against the one --image (a dual encoder: CLIP, SigLIP)",
+            "against each --image (a dual encoder: CLIP, SigLIP)",
         )
     else:
         src.add_argument("--text", metavar="T", help="text (tokenised with the model's tokenizer)")
@@ -95,7 +95,8 @@ def add_input_arguments(
             metavar="PATH",
             action=SeveralImages,
             help="image file for vision models; give it again for several images in one prompt (a vision–language "
-            "model: its placeholders matched to them in order)",
+            "model: its placeholders matched to them in order), or several images each scored against the --text(s) "
+            "(a dual encoder: CLIP, SigLIP)",
         )
     else:
         src.add_argument("--image", metavar="PATH", help="image file for vision models")
