@@ -1,0 +1,100 @@
+"""Token links' cut (:data:`LINK_CUTS`, the selection's ``link_cut``): what a link's weight is measured against.
+
+A link is drawn when its weight is at least :data:`~attnviz.core.view.links.LINK_MIN` of a reference and among its
+query row's strongest; its line's width and opacity are its weight over that reference.  The reference is
+
+- ``row`` (the default): the query row's own largest weight.  Each query token shows its strongest links, as
+  BertViz and the attention-flow line figures read: a causal map's row ``i`` spreads its mass over ``i`` keys, so
+  on a long input (512–4,096 tokens) every weight past the first few dozen rows lies far below the map's top
+  (early rows hold weights near 1), and a cut against the map's top left those rows with no link at all.
+  A per-row top-k alone would have kept the links but drawn them all at the faintest shade; a per-row mass
+  share (the smallest set of weights holding p of the row) keeps thousands of near-equal weights of a flat row
+  and so always hits the per-row cap, saying nothing more than the row's maximum does.  Against the row's
+  maximum a peaked row shows its one or two links, a flat one its cap, each at a shade its row can compare.
+- ``map``: the largest weight in all maps drawn (every overlaid head).  Links compare across rows (a row that
+  looks nowhere in particular fades), as Token links drew before there was a choice; a recipe written then
+  draws with it.
+
+Screen and figure read the same selection, so they draw the same links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def nan_max(m: np.ndarray) -> np.ndarray:
+    """The largest number of each row of ``m`` (NaN passed over; a row of NaN: NaN); ``max`` first, as ``fmax``
+    takes twice its time over a long map and a map seldom holds a NaN."""
+    top = m.max(axis=-1)
+    bad = np.isnan(top)
+    if bad.any():
+        with np.errstate(invalid="ignore"):
+            top[bad] = np.fmax.reduce(m[bad], axis=-1)
+    return top
+
+
+def _row_tops(mats: list[np.ndarray], _vmax: float | None) -> list[np.ndarray]:
+    # NaN ignored (a row of NaN: no reference, no links); a row of zeros (padding, masked) has no links either
+    out = []
+    for m in mats:
+        m = np.asarray(m)
+        if m.ndim != 2 or not m.size:
+            out.append(np.zeros((m.shape[0] if m.ndim else 0, 1)))
+            continue
+        out.append(nan_max(m).astype(np.float64)[:, None])
+    return out
+
+
+def _map_top(mats: list[np.ndarray], vmax: float | None) -> list[np.ndarray]:
+    top = float(vmax) if vmax else max((float(np.asarray(m).max()) for m in mats if np.asarray(m).size), default=1.0)
+    top = top or 1.0
+    return [np.full((np.asarray(m).shape[0] if np.asarray(m).ndim else 0, 1), top) for m in mats]
+
+
+@dataclass(frozen=True)
+class LinkCut:
+    """One reference for token links: the chooser's words and, per matrix, each row's reference ``[Tq, 1]``."""
+
+    name: str
+    text: str  # the chooser's entry
+    tip: str  # what it does, in a sentence (the chooser's tooltip, the figure's key)
+    against: str  # the key's words for the reference ("its query token's strongest link", "the top weight")
+    tops: Callable[[list[np.ndarray], float | None], list[np.ndarray]]
+
+
+LINK_CUTS: dict[str, LinkCut] = {
+    c.name: c
+    for c in (
+        LinkCut(
+            "row",
+            "each token's strongest",
+            "each query token's links measured against its own strongest: every token shows its strongest links, "
+            "however long the input",
+            "its query token's strongest link",
+            _row_tops,
+        ),
+        LinkCut(
+            "map",
+            "the top weight",
+            "every link measured against the largest weight drawn: links compare across tokens (on a long causal "
+            "input, the later tokens' spread-out weights fall under the cut)",
+            "the top weight",
+            _map_top,
+        ),
+    )
+}
+DEFAULT_LINK_CUT = "row"
+RECIPE_LINK_CUT = "map"  # a recipe written before there was a choice was drawn against the map's top
+
+
+def check_link_cut(name: str) -> LinkCut:
+    """The cut ``name`` names, else one line naming the cuts."""
+    from attnviz.core.view.selection import ViewError  # selection takes DEFAULT_LINK_CUT from here
+
+    if name not in LINK_CUTS:
+        raise ViewError(f"unknown link cut {name!r}; use one of {', '.join(LINK_CUTS)}", param="link_cut")
+    return LINK_CUTS[name]
