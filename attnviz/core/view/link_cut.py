@@ -1,19 +1,23 @@
-"""Token links' cut (:data:`LINK_CUTS`, the selection's ``link_cut``): what a link's weight is measured against.
+"""Token links' cut (:data:`LINK_CUTS`, the selection's ``link_cut``): which links are drawn, and how strong.
 
-A link is drawn when its weight is at least :data:`~attnviz.core.view.links.LINK_MIN` of a reference and among its
-query row's strongest; its line's width and opacity are its weight over that reference.  The reference is
+A link is drawn when it is among its query row's :data:`~attnviz.core.view.links.LINKS_PER_ROW` strongest and its
+weight is at least :data:`~attnviz.core.view.links.LINK_MIN` of the cut's reference; its line's width and opacity
+say its weight over the cut's shade reference.  The cuts:
 
-- ``row`` (the default): the query row's own largest weight.  Each query token shows its strongest links, as
-  BertViz and the attention-flow line figures read: a causal map's row ``i`` spreads its mass over ``i`` keys, so
-  on a long input (512–4,096 tokens) every weight past the first few dozen rows lies far below the map's top
-  (early rows hold weights near 1), and a cut against the map's top left those rows with no link at all.
-  A per-row top-k alone would have kept the links but drawn them all at the faintest shade; a per-row mass
-  share (the smallest set of weights holding p of the row) keeps thousands of near-equal weights of a flat row
-  and so always hits the per-row cap, saying nothing more than the row's maximum does.  Against the row's
-  maximum a peaked row shows its one or two links, a flat one its cap, each at a shade its row can compare.
-- ``map``: the largest weight in all maps drawn (every overlaid head).  Links compare across rows (a row that
-  looks nowhere in particular fades), as Token links drew before there was a choice; a recipe written then
-  draws with it.
+- ``row`` (the default): the reference is the query row's own largest weight, the shade its share of the row's
+  attention (its weight over the row's sum: for a softmax row the weight itself, BertViz's opacity).  Each query
+  token shows its strongest links, as BertViz and the attention-flow line figures read: a causal map's row ``i``
+  spreads its mass over ``i`` keys, so on a long input (512–4,096 tokens) every weight past the first few dozen
+  rows lies far below the map's top (early rows hold weights near 1), and a cut against the map's top left those
+  rows with no link at all.  Why these two references: a per-row mass cut (the fewest weights holding p of the
+  row) keeps hundreds of a flat row's near-equal weights, so it always hits the per-row cap and says no more than
+  the row's maximum does; against the maximum a peaked row shows its one or two links and a flat row its cap.
+  Shaded against the row's maximum too, a flat row's twelve links, each holding 1/i of its attention, were drawn
+  as bold as a peaked row's one link holding nine tenths (on a random-init GPT-2 at 2,048 tokens: a wall of
+  full-strength lines); its share of the row draws them faint, which is what they are.
+- ``map``: both references are the largest weight in all maps drawn (every overlaid head).  Links compare across
+  rows (a row that looks nowhere in particular has none), as Token links drew before there was a choice; a
+  recipe written then draws with it.
 
 Screen and figure read the same selection, so they draw the same links.
 """
@@ -49,6 +53,10 @@ def _row_tops(mats: list[np.ndarray], _vmax: float | None) -> list[np.ndarray]:
     return out
 
 
+def _row_sums(mats: list[np.ndarray], _vmax: float | None) -> list[np.ndarray]:
+    return [np.nansum(np.asarray(m), axis=1, dtype=np.float64)[:, None] for m in mats]
+
+
 def _map_top(mats: list[np.ndarray], vmax: float | None) -> list[np.ndarray]:
     top = float(vmax) if vmax else max((float(np.asarray(m).max()) for m in mats if np.asarray(m).size), default=1.0)
     top = top or 1.0
@@ -61,9 +69,12 @@ class LinkCut:
 
     name: str
     text: str  # the chooser's entry
-    tip: str  # what it does, in a sentence (the chooser's tooltip, the figure's key)
-    against: str  # the key's words for the reference ("its query token's strongest link", "the top weight")
+    tip: str  # what it does, in a sentence (the chooser's tooltip)
+    against: str  # the key's words for the cut's reference ("its query token's strongest link", "the top weight")
+    shaded: str  # the key's words for what a line's width and opacity say
+    # per matrix ``[Tq, 1]``: each row's reference for the cut, and for the shade (given the maps and a set top)
     tops: Callable[[list[np.ndarray], float | None], list[np.ndarray]]
+    shades: Callable[[list[np.ndarray], float | None], list[np.ndarray]]
 
 
 LINK_CUTS: dict[str, LinkCut] = {
@@ -72,17 +83,21 @@ LINK_CUTS: dict[str, LinkCut] = {
         LinkCut(
             "row",
             "each token's strongest",
-            "each query token's links measured against its own strongest: every token shows its strongest links, "
-            "however long the input",
+            "every query token shows its strongest links (at least 5 % of its strongest), however long the input; "
+            "a line is as strong as its share of the token's attention",
             "its query token's strongest link",
+            "its share of its query token's attention (full: all of it)",
             _row_tops,
+            _row_sums,
         ),
         LinkCut(
             "map",
             "the top weight",
             "every link measured against the largest weight drawn: links compare across tokens (on a long causal "
-            "input, the later tokens' spread-out weights fall under the cut)",
+            "input, the later tokens' spread-out weights fall under the cut and show no links)",
             "the top weight",
+            "the weight (full at the top weight)",
+            _map_top,
             _map_top,
         ),
     )

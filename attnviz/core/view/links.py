@@ -26,10 +26,14 @@ def links_key(vmax: float, cut: str = DEFAULT_LINK_CUT) -> str:
     went unsaid.  Against the map's top the key names it (``vmax``); against each row's strongest there is no
     one number to name."""
     entry = check_link_cut(cut)
-    ref = f"the top weight, {vmax:.3g}" if entry.name == "map" else entry.against
+    if entry.name == "map":  # as the key read before there was a choice
+        return (
+            f"line width and opacity grow with the weight (full at {vmax:.3g}); under {LINK_MIN:.0%} of that, "
+            f"or past a token's {LINKS_PER_ROW} strongest: not drawn"
+        )
     return (
-        f"line width and opacity grow with the weight (full at {ref}); under {LINK_MIN:.0%} of that, "
-        f"or past a token's {LINKS_PER_ROW} strongest: not drawn"
+        f"line width and opacity grow with {entry.shaded}; under {LINK_MIN:.0%} of {entry.against}, "
+        f"or past its {LINKS_PER_ROW} strongest: not drawn"
     )
 
 
@@ -47,7 +51,7 @@ class LinksView:
     q_special: list[bool]
     k_special: list[bool]
     items: list[tuple[str, str, np.ndarray]]
-    links: list[tuple[int, int, int, float]]  # (item, query row, key column, weight / its reference in [0, 1])
+    links: list[tuple[int, int, int, float]]  # (item, query row, key column, shade in [0, 1]: LINK_CUTS)
     vmax: float  # the largest weight drawn (the "map" cut's reference)
     title: str
     block: Block | None = None
@@ -61,24 +65,24 @@ def strongest_links(
 ) -> tuple[list[tuple[int, int, int, float]], float]:
     """The links worth drawing: per query row and matrix the ``LINKS_PER_ROW`` strongest weights of at
     least ``LINK_MIN`` of the cut's reference (:data:`LINK_CUTS`: the row's own largest weight, or the top
-    weight of all ``mats`` / ``vmax``), as ``(matrix, row, column, weight / reference)``, row by row, each row's
-    columns in order; and the top weight.  Of equal weights the leftmost are taken first (a stable sort's
-    choice); NaN is no link, nor is any weight of a row whose reference is not a positive number."""
+    weight of all ``mats`` / ``vmax``), as ``(matrix, row, column, shade)``, row by row, each row's columns in
+    order; and the top weight.  The shade, in [0, 1], is the weight over the cut's shade reference (the row's
+    sum, or the top weight).  Of equal weights the leftmost are taken first (a stable sort's choice); NaN is no
+    link, nor is any weight of a row whose reference is not a positive number."""
     entry = check_link_cut(cut)
     top = float(vmax) if vmax else max((float(m.max()) for m in mats if m.size), default=1.0) or 1.0
     out: list[tuple[int, int, int, float]] = []
-    for c, (m, ref) in enumerate(zip(mats, entry.tops(mats, vmax))):
+    for c, (m, ref, shade) in enumerate(zip(mats, entry.tops(mats, vmax), entry.shades(mats, vmax))):
         m = np.asarray(m)
         ref = ref[:, 0]
         if entry.name == "row":  # a row of zeros (padding) or NaN has nothing to be relative to
             ref = np.where((ref > 0) & (ref < np.inf), ref, np.nan)
         rows, cols = _row_top(m, ref)
+        weights = m[rows, cols].astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            w = m[rows, cols].astype(np.float64) / ref[rows]
-        keep = w >= LINK_MIN
-        out.extend(
-            zip([c] * int(keep.sum()), rows[keep].tolist(), cols[keep].tolist(), np.minimum(w[keep], 1.0).tolist())
-        )
+            keep = weights / ref[rows] >= LINK_MIN
+            w = np.minimum(weights[keep] / shade[rows[keep], 0], 1.0)
+        out.extend(zip([c] * int(keep.sum()), rows[keep].tolist(), cols[keep].tolist(), w.tolist()))
     return out, top
 
 

@@ -214,5 +214,7 @@ def hide_mask(special: np.ndarray) -> np.ndarray:
 def map_inputs(sel: Selection) -> Selection:
     """``sel`` less what :func:`compute_map` does not read: selections with equal inputs give the same map, so
     a cache keyed on this redraws nothing when only those change (a head switch under "mean over heads")."""
-    sel = sel.with_(query=None, rows="predict", image_base="grey", heads=(), image_from="words", link_cut=DEFAULT_LINK_CUT)
+    sel = sel.with_(
+        query=None, rows="predict", image_base="grey", heads=(), image_from="words", link_cut=DEFAULT_LINK_CUT
+    )
     return sel if sel.mode == "head" else sel.with_(layer=0, head=0)

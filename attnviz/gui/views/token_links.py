@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from attnviz.core import view as vm
 from attnviz.core.view_names import tab_title
@@ -36,7 +36,7 @@ class LinksCanvas(QWidget):
         # the column titles, from the view model as the figure draws them ("target"/"source" for cross-attention)
         self.titles: tuple[str, str] = ("query", "key")
         self.layers: list[tuple[str, np.ndarray]] = []  # (colour, [Tq, Tk])
-        self.links: list[tuple[int, int, int, float]] = []  # (layer, q, k, weight) after top-k
+        self.links: list[tuple[int, int, int, float]] = []  # (layer, q, k, weight / its reference) after top-k
         self.focus: tuple[str, int] | None = None
         self.top_k: int | None = None
         self.font_ = QFont()
@@ -51,7 +51,7 @@ class LinksCanvas(QWidget):
         self.layers = [(colour, m) for _, colour, m in lv.items]
         self.links = list(lv.links)  # (item, q, k, weight / vmax)
         self.top_k = vm.LINKS_PER_ROW
-        self._vmax = 1.0  # link weights are already relative to the top weight
+        self._vmax = 1.0  # link weights are already relative to their reference (the view model's cut)
         n = max(len(self.q_labels), len(self.k_labels))
         if (self.q_labels, self.k_labels) != self._measured:  # a head switch keeps the tokens: measured once
             fm = QFontMetrics(self.font_)
@@ -181,7 +181,7 @@ class LinksCanvas(QWidget):
 
 class TokenLinksView(View):
     title = tab_title("links")
-    scale_note = "Token links shade each link by its share of the strongest link shown"
+    scale_note = "Token links shade each link by its share of what its links-against box names"
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
@@ -200,10 +200,22 @@ class TokenLinksView(View):
         scroll.setWidget(self.canvas)
         self.scroller = scroll
         self.find_box = find_box(self.go_to_token)
+        # what a link is measured against (the view model's LINK_CUTS, the selection's link_cut: the export's too)
+        self.cut_box = QComboBox()
+        for name, cut in vm.LINK_CUTS.items():
+            self.cut_box.addItem(cut.text, name)
+            self.cut_box.setItemData(self.cut_box.count() - 1, cut.tip, Qt.ItemDataRole.ToolTipRole)
+        self.cut_box.setToolTip(
+            "what each link is measured against, for the cut (under 5 % of it: not drawn) and its line's shade; "
+            "File ▸ Export view draws the same"
+        )
+        self.cut_box.currentIndexChanged.connect(lambda _i: self.session.select(link_cut=self.cut_box.currentData()))
         top = QHBoxLayout()
         top.addWidget(QLabel("heads:"))
         top.addLayout(self.heads_bar)
         top.addStretch(1)
+        top.addWidget(QLabel("links against:"))
+        top.addWidget(self.cut_box)
         top.addWidget(QLabel("find:"))
         top.addWidget(self.find_box)
         lay = QVBoxLayout(self.body)
@@ -276,6 +288,10 @@ class TokenLinksView(View):
             b.setChecked(sel.mode == "head" and h in self.checked)
             b.setEnabled(sel.mode == "head")
             b.blockSignals(False)
+        if self.cut_box.currentData() != sel.link_cut:
+            self.cut_box.blockSignals(True)  # showing the selection is not a new choice
+            self.cut_box.setCurrentIndex(max(0, self.cut_box.findData(sel.link_cut)))
+            self.cut_box.blockSignals(False)
         self.lv = lv
         self.canvas.set_data(lv)
         checked = sorted(self.checked)
@@ -291,7 +307,7 @@ class TokenLinksView(View):
         self.info.setText(f"{title}. Hover a token to show only its links.")
         self.info.setToolTip(
             f"{lv.title}: at most {vm.LINKS_PER_ROW} links per query token, weights of at least "
-            f"{vm.LINK_MIN:.0%} of the top one (as in the exported figure)"
+            f"{vm.LINK_MIN:.0%} of {vm.LINK_CUTS[lv.cut].against} (as in the exported figure)"
         )
 
     def _on_hover(self, side: str, i: int) -> None:
