@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from attnviz.core.view import ViewError
+from attnviz import AttnvizError
 from attnviz.core.view.links import LINK_MIN, LINKS_PER_ROW, links_key, strongest_links
 
 
@@ -123,6 +123,6 @@ def test_a_row_of_zeros_has_no_links_and_an_unknown_cut_is_one_line():
     m[5] = 0.0  # a padded query row
     got, _ = strongest_links([m], cut="row")
     assert 5 not in {i for _, i, _, _ in got} and {4, 6} <= {i for _, i, _, _ in got}
-    with pytest.raises(ViewError, match="unknown link cut 'rows'; use one of row, map"):
+    with pytest.raises(AttnvizError, match="unknown link cut 'rows'; use one of row, map"):
         strongest_links([m], cut="rows")
     assert "its query token's strongest link" in links_key(0.5, "row") and "full at 0.5" in links_key(0.5, "map")

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnviz import AttnvizError
+
 
 def nan_max(m: np.ndarray) -> np.ndarray:
     """The largest number of each row of ``m`` (NaN passed over; a row of NaN: NaN); ``max`` first, as ``fmax``
@@ -107,9 +109,8 @@ RECIPE_LINK_CUT = "map"  # a recipe written before there was a choice was drawn 
 
 
 def check_link_cut(name: str) -> LinkCut:
-    """The cut ``name`` names, else one line naming the cuts."""
-    from attnviz.core.view.selection import ViewError  # selection takes DEFAULT_LINK_CUT from here
-
+    """The cut ``name`` names, else one line naming the cuts (an AttnvizError: :mod:`.selection`, where ViewError
+    lives, takes DEFAULT_LINK_CUT from here)."""
     if name not in LINK_CUTS:
-        raise ViewError(f"unknown link cut {name!r}; use one of {', '.join(LINK_CUTS)}", param="link_cut")
+        raise AttnvizError(f"unknown link cut {name!r}; use one of {', '.join(LINK_CUTS)}", param="link_cut")
     return LINK_CUTS[name]
