@@ -117,3 +117,25 @@ def test_open_link_cut_flag_selects_the_cut(qtbot, window):
     args = build_parser().parse_args(["open", "m.onnx", "--view", "links", "--link-cut", "map"])
     w.session.select(**focus_from_args(args))
     assert w.links.cut_box.currentData() == "map" and {i for _, i, _, _ in w.links.canvas.links} <= set(range(64))
+
+
+def test_a_new_result_draws_the_shown_views_once(qtbot, window, monkeypatch):
+    """Session.set_result sends result_changed, then selection_changed: the shown view drew on both, so Token
+    links computed its links twice a result (1.8 s each at 4,096 tokens on demand, every map recomputed)."""
+    import attnviz.gui.views.token_links as token_links
+
+    w = window
+    w._show_result(_result())
+    w.select_view("links")
+    calls = []
+    real = token_links.vm.links_view
+    monkeypatch.setattr(token_links.vm, "links_view", lambda *a, **k: calls.append(1) or real(*a, **k))
+    w._show_result(_result())
+    assert len(calls) == 1 and w.links.lv is not None and w.links.canvas.links
+    w.select_view("head")
+    drawn = []
+    monkeypatch.setattr(w.head_map, "draw", lambda: drawn.append(1))
+    w._show_result(_result())
+    assert len(drawn) == 1
+    w.select_view("links")  # the hidden tab drew nothing for that result: it draws it once, shown
+    assert len(calls) == 2

@@ -56,7 +56,7 @@ def _row_tops(mats: list[np.ndarray], _vmax: float | None) -> list[np.ndarray]:
 
 
 def _row_sums(mats: list[np.ndarray], _vmax: float | None) -> list[np.ndarray]:
-    return [np.nansum(np.asarray(m), axis=1, dtype=np.float64)[:, None] for m in mats]
+    return [np.asarray(np.nansum(np.asarray(m), axis=1, dtype=np.float64)).reshape(-1, 1) for m in mats]
 
 
 def _map_top(mats: list[np.ndarray], vmax: float | None) -> list[np.ndarray]:
