@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
@@ -150,12 +148,15 @@ class LinksCanvas(QWidget):
         rh, pad = self._row_h(), 4.0
         lo, hi = top - pad - 1.5 * rh, bottom + pad - 1.5 * rh  # _y(i) = rh * i + 1.5 * rh
         shown = [lk for lk in self.visible_links() if min(lk[1], lk[2]) * rh <= hi and max(lk[1], lk[2]) * rh >= lo]
-        crossing = [n for n, lk in enumerate(shown) if not (lo <= lk[1] * rh <= hi or lo <= lk[2] * rh <= hi)]
+        crossing: list[int] = [
+            n for n, lk in enumerate(shown) if not (lo <= lk[1] * rh <= hi or lo <= lk[2] * rh <= hi)
+        ]
         if len(crossing) <= MAX_CROSSING:
             return shown
         # each query row's strongest links on a long causal map: rows far below link far above, and at 4,096
         # tokens 17,000 such lines crossed the middle rows (11 s a paint: a grey haze of near-vertical lines)
-        dropped = set(crossing) - set(heapq.nlargest(MAX_CROSSING, crossing, key=lambda n: shown[n][3]))
+        weights = [-lk[3] for lk in shown]
+        dropped = set(sorted(crossing, key=weights.__getitem__)[MAX_CROSSING:])  # (equal ones: the first kept)
         return [lk for n, lk in enumerate(shown) if n not in dropped]
 
     def paintEvent(self, ev):
