@@ -70,6 +70,7 @@ PARAM_FLAGS = {
     "scale": "--scale",
     "picture": "--picture",
     "image_from": "--image-from",
+    "link_cut": "--link-cut",
     "batch": None,
 }
 

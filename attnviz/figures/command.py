@@ -17,7 +17,17 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.notice import say
-from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, IMAGE_FROM, SCALES, VIEW_HELP, VIEWS, WIDTH_PRESETS
+from attnviz.figures.spec import (
+    AGGREGATES,
+    FORMATS,
+    IMAGE_BASES,
+    IMAGE_FROM,
+    LINK_CUTS,
+    SCALES,
+    VIEW_HELP,
+    VIEWS,
+    WIDTH_PRESETS,
+)
 
 # what a source file is called in a one-line refusal, as extract names it (runtime.inputs, runtime.audio)
 _SOURCE_WORDS = {"image": "image", "audio": "audio", "feeds": "inputs", "tokenizer": "tokenizer"}
@@ -56,6 +66,7 @@ _SPEC_ARGS = (
     "frame",
     "span",
     "key_span",
+    "link_cut",
 )
 
 
@@ -209,6 +220,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=tuple(IMAGE_FROM),
         help="image view: whose attention lies over the image, the words' (default), the vision tower's own "
         "(patch to patch; as --block with the vision block) or its attention-pooling head's (SigLIP's)",
+    )
+    view.add_argument(
+        "--link-cut",
+        dest="link_cut",
+        choices=tuple(LINK_CUTS),
+        help="links view: draw each query token's strongest links, measured against its own strongest (row, the "
+        "default, as in the window: every token of a long input has its links) or against the top weight of the "
+        "map (map: links compare across tokens; a long causal input's later tokens then show none)",
     )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
     view.add_argument("--vmax", type=float, help="top of the colour scale by hand (default: the one --scale gives)")
@@ -460,6 +479,10 @@ def run(args) -> int:
         from attnviz.core.view import DEFAULT_SCALE
 
         spec_d.setdefault("scale", DEFAULT_SCALE)
+        if spec_d.get("view") == "links":  # the window's cut, recorded (a recipe without one: the map's top)
+            from attnviz.core.view import DEFAULT_LINK_CUT
+
+            spec_d.setdefault("link_cut", DEFAULT_LINK_CUT)
     _image_scale(spec_d, args)
     spec = FigureSpec(**spec_d)
     if args.all_heads and spec.view == "overview":

@@ -77,6 +77,7 @@ def spec_of(result: AttentionResult, view: str, sel: vm.Selection, style: Figure
         picture=sel.picture + 1 if sel.picture else None,
         image_from=sel.image_from if sel.image_from != vm.DEFAULT_IMAGE_FROM else None,
         frame=sel.frame + 1 if sel.frame else None,
+        link_cut=sel.link_cut if view == "links" else None,
         cmap=style.cmap,
         width=style.width,
         width_in=style.width_in,

@@ -391,6 +391,7 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
         picture=int(spec.picture or 1) - 1,
         image_from=spec.image_from or view.DEFAULT_IMAGE_FROM,
         frame=int(spec.frame or 1) - 1,
+        link_cut=spec.link_cut or view.RECIPE_LINK_CUT,  # unset in a recipe written before the choice: the map's top
     )
     if spec.frame is not None:  # a frame the block does not have (or not a tower's frames): one line naming them
         view.check_frame(result, base)

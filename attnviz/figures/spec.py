@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
-from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, MAP_CMAP, OVERLAY_CMAP, SCALES, FramesKey
+from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, MAP_CMAP, OVERLAY_CMAP, SCALES, FramesKey
 from attnviz.core.view_names import FIGURE_VIEWS
 
 # figure view (core.view_names) -> one-line description (the renderer's registry in views.py has the same keys)
@@ -175,6 +175,10 @@ class FigureSpec:
     # positions; None: the whole map (a recipe without them)
     span: list[int] | None = None
     key_span: list[int] | None = None
+    # links: what a link's weight is measured against, each query token's strongest (row) or the top weight (map)
+    # (LINK_CUTS).  None: map, as every links figure was drawn before there was a choice, so such a recipe draws
+    # the same bytes; `figure --view links` records the view model's default (row)
+    link_cut: str | None = None
 
     def __post_init__(self):
         self.validate()
@@ -218,6 +222,10 @@ class FigureSpec:
             raise AttnvizError(
                 f"unknown image attention {self.image_from!r}; use one of {', '.join(IMAGE_FROM)}", param="image_from"
             )
+        if self.link_cut is not None and self.link_cut not in LINK_CUTS:
+            raise AttnvizError(
+                f"unknown link cut {self.link_cut!r}; use one of {', '.join(LINK_CUTS)}", param="link_cut"
+            )
         if self.image_base not in IMAGE_BASES:
             raise AttnvizError(
                 f"unknown image base {self.image_base!r}; use one of {', '.join(IMAGE_BASES)}", param="image_base"
@@ -233,7 +241,7 @@ class FigureSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         # not chosen: the recipe as it was before there was a choice
-        for key in ("picture", "image_from", "frame", "image_scale", "span", "key_span"):
+        for key in ("picture", "image_from", "frame", "image_scale", "span", "key_span", "link_cut"):
             if d[key] is None:
                 del d[key]
         return d

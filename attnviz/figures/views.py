@@ -393,7 +393,7 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / legend_cols) if len(items) > 1 else 0.0
     top = title_height(title, fs + 1) + fs * 2.2 * PT
     # the key under it all: what a line's width and opacity say, and which links are left out
-    key = wrap_label(vm.links_key(lv.vmax), width - 0.2, fs - 1)
+    key = wrap_label(vm.links_key(lv.vmax, lv.cut), width - 0.2, fs - 1)
     key_in = (key.count("\n") + 1) * (fs - 1) * LINE * PT + 0.06
     height = clamp(top + legend_in + key_in + 0.1 + n * pitch, 1.5, 22.0)
     fig = new_figure(spec, width, height, constrained=False)
@@ -431,7 +431,7 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     for j, (lab, y) in enumerate(zip(k_labels, yk)):
         if j in k_shown:
             ax.text(x1 + 0.01, y, lab, ha="left", va="center", fontsize=fs, color="0.45" if k_special[j] else "black")
-    # the view model's links (the screen draws the same set): strongest per row, above LINK_MIN of the top weight
+    # the view model's links (the screen draws the same set): strongest per row, above LINK_MIN of the cut's reference
     by_item: dict[int, tuple[list, list, list]] = {}
     n_items = len(items)
     for c, i, j, w in lv.links:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from attnviz.core.notice import say
-from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, SCALES
+from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, SCALES
 from attnviz.runtime.commands.common import (
     MAX_TOKENS_HELP,
     TEXT_FILE_HELP,
@@ -125,6 +125,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(patch to patch) or its attention-pooling head's (SigLIP's)",
     )
     p.add_argument(
+        "--link-cut",
+        dest="link_cut",
+        choices=tuple(LINK_CUTS),
+        default=None,
+        help="Token links: measure each link against its query token's strongest (row, the default: every token of a "
+        "long input has its links) or against the map's top weight (map), as `figure --link-cut`",
+    )
+    p.add_argument(
         "--scale",
         choices=tuple(SCALES),
         default=None,
@@ -181,7 +189,7 @@ def focus_from_args(args) -> dict:
 
     focus = {
         k: getattr(args, k)
-        for k in ("block", "layer", "head", "mode", "image_base", "image_from", "log")
+        for k in ("block", "layer", "head", "mode", "image_base", "image_from", "log", "link_cut")
         if getattr(args, k) is not None
     }
     if args.scale is not None:  # as figure's --scale: the image view's own box too

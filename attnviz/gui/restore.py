@@ -19,7 +19,7 @@ from typing import Any
 from attnviz import AttnvizError
 from attnviz.core.align import CONVENTIONS
 from attnviz.core.untrusted import parse_json
-from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, MODES, SCALES, Selection
+from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, MODES, SCALES, Selection
 from attnviz.runtime.request import MAX_BEAMS
 
 KEY = "session/last"
@@ -49,6 +49,7 @@ SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "rows": lambda v: v in CONVENTIONS,
     "image_base": lambda v: v in IMAGE_BASES,
     "image_from": lambda v: v in IMAGE_FROM,
+    "link_cut": lambda v: v in LINK_CUTS,
     "scale": lambda v: v in SCALES,
     "image_scale": lambda v: v in SCALES,
     "keep": lambda v: 0 < v <= 1,

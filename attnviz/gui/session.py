@@ -6,7 +6,7 @@ in a view re-runs the model, so switching views or heads only re-slices arrays i
 Signals
 -------
 model_changed()       a model was opened (``model`` may be None for a loaded .npz)
-result_changed()      a new :class:`~attnviz.core.AttentionResult` arrived
+result_changed()      a new :class:`~attnviz.core.AttentionResult` arrived (always followed by selection_changed)
 selection_changed()   block / layer / head / aggregation / filters / step changed
 comparison_changed()  a comparison with a second model was set or dropped (``comparison``)
 ablation_changed()    heads were switched off or on, or their output change arrived (``ablation``, ``ablation_outcome``)
@@ -120,7 +120,7 @@ class Session(QObject):
         # a new input for the same model keeps the user's focus when the result has the same shape; all steps
         self.sel = clamp(sel, self.blocks)
         self.result_changed.emit()
-        self.selection_changed.emit()
+        self.selection_changed.emit()  # always after result_changed: the views draw the new result on this one
         if dropped:
             self.comparison_changed.emit()
 

@@ -1,7 +1,9 @@
 """Token links' choice of links (screen and figure alike), computed per row by a partition (a long map's head
 switch sorted every row of the map in full: 0.2 s at 2,048 tokens, 1.6 s at 4,096) against the rule written out
 here row by row with Python's own stable sort: per row the 12 largest weights (equal weights: the leftmost first,
-NaN never), those of at least 5 % of the top weight, relative to it, row by row and each row's columns in order."""
+NaN never), those of at least 5 % of the reference, row by row and each row's columns in order, with their shade.
+The cut's reference and shade: the map's top weight for both ("map"), or the row's own largest number and its
+sum ("row", the default: a row of zeros or NaN has no largest, so no links)."""
 
 from __future__ import annotations
 
@@ -10,23 +12,39 @@ import math
 import numpy as np
 import pytest
 
-from attnviz.core.view.links import LINK_MIN, LINKS_PER_ROW, strongest_links
+from attnviz import AttnvizError
+from attnviz.core.view.links import LINK_MIN, LINKS_PER_ROW, links_key, strongest_links
 
 
-def _by_hand(mats, vmax=None):
+def _row_reference(row):
+    numbers = [x for x in row if not math.isnan(x)]
+    ref = max(numbers) if numbers else math.nan
+    return ref if 0 < ref < math.inf else math.nan
+
+
+def _by_hand(mats, vmax=None, cut="map"):
     top = float(vmax) if vmax else max((float(m.max()) for m in mats if m.size), default=1.0) or 1.0
     out = []
     for c, m in enumerate(mats):
         for i, row in enumerate(m.tolist()):
+            ref = top if cut == "map" else _row_reference(row)
+            shade = top if cut == "map" else math.fsum(x for x in row if not math.isnan(x))
             # largest first; equal weights keep their column order; NaN after every number
             ranked = sorted(
                 range(len(row)), key=lambda j: (math.isnan(row[j]), -row[j] if not math.isnan(row[j]) else 0)
             )
             for j in sorted(ranked[:LINKS_PER_ROW]):
-                w = row[j] / top
-                if w >= LINK_MIN:
-                    out.append((c, i, j, min(w, 1.0)))
+                if row[j] / ref >= LINK_MIN:
+                    out.append((c, i, j, min(row[j] / shade, 1.0)))
     return out, top
+
+
+def _same(got, want):
+    """The same links (matrix, row, column) and shades: exactly against the map's top, to the last bits against a
+    row's sum (numpy adds a row pairwise, fsum exactly)."""
+    assert [lk[:3] for lk in got] == [lk[:3] for lk in want]
+    np.testing.assert_allclose([lk[3] for lk in got], [lk[3] for lk in want], rtol=1e-12)
+    return True
 
 
 def _softmax(x):
@@ -49,21 +67,62 @@ def _maps():
     return {"causal": causal, "peaked": peaked, "flat": flat, "ties": ties, "nans": nans, "narrow": narrow}
 
 
+@pytest.mark.parametrize("cut", ["map", "row"])
 @pytest.mark.parametrize("name", list(_maps()))
-def test_links_are_the_rows_strongest(name):
+def test_links_are_the_rows_strongest(name, cut):
     m = _maps()[name]
-    got, top = strongest_links([m])
-    want, want_top = _by_hand([m])
+    got, top = strongest_links([m], cut=cut)
+    want, want_top = _by_hand([m], cut=cut)
     assert top == want_top or (math.isnan(top) and math.isnan(want_top))
-    assert got == want
+    assert got == want if cut == "map" else _same(got, want)
 
 
-def test_several_heads_and_a_given_top():
+@pytest.mark.parametrize("cut", ["map", "row"])
+def test_several_heads_and_a_given_top(cut):
     maps = _maps()
     mats = [maps["peaked"], maps["ties"][:, :30] * 0.1, _softmax(np.random.default_rng(3).standard_normal((64, 200)))]
     for vmax in (None, 0.02, 0.5):
-        assert strongest_links(mats[::2], vmax) == _by_hand(mats[::2], vmax)
-    assert strongest_links([mats[1]], 0.03) == _by_hand([mats[1]], 0.03)
+        got, want = strongest_links(mats[::2], vmax, cut), _by_hand(mats[::2], vmax, cut)
+        assert got[1] == want[1] and _same(got[0], want[0])
+    got, want = strongest_links([mats[1]], 0.03, cut), _by_hand([mats[1]], 0.03, cut)
+    assert got[1] == want[1] and _same(got[0], want[0])
     nans = maps["nans"]  # its own top is NaN (no links at all): against a given top its NaN rows are judged
-    got = strongest_links([nans], 1.0)
-    assert got == _by_hand([nans], 1.0) and {i for _, i, _, _ in got[0]} >= {3, 6}
+    got = strongest_links([nans], 1.0, cut)
+    assert _same(got[0], _by_hand([nans], 1.0, cut)[0]) and {i for _, i, _, _ in got[0]} >= {3, 6}
+
+
+def _causal(t, seed):
+    """A random-init causal language model's map: row i spreads over keys 0..i, near 1/(i+1) each."""
+    x = np.random.default_rng(seed).standard_normal((t, t)) * 0.3
+    x[np.triu_indices(t, 1)] = -np.inf
+    return _softmax(x)
+
+
+def test_on_a_long_causal_map_every_row_has_links_against_its_own_strongest():
+    m = _causal(1024, 7)
+    rows_map = {i for _, i, _, _ in strongest_links([m], cut="map")[0]}
+    got, _ = strongest_links([m], cut="row")
+    # against the map's top (row 0's 1.0) a row of more than ~20 keys holds few weights over 5 %: past a few
+    # dozen rows, no links at all
+    assert max(rows_map) < 64
+    # against each row's own strongest: every row its min(i + 1, 12) strongest, each shaded by its share of the row
+    per_row = np.bincount([i for _, i, _, _ in got], minlength=1024)
+    np.testing.assert_array_equal(per_row, np.minimum(np.arange(1024) + 1, LINKS_PER_ROW))
+    for i in (0, 100, 1023):
+        row = m[i, : i + 1].astype(np.float64)
+        want = sorted(np.argsort(-row, kind="stable")[:LINKS_PER_ROW].tolist())
+        mine = [(j, w) for _, r, j, w in got if r == i]
+        assert [j for j, _ in mine] == want
+        np.testing.assert_allclose([w for _, w in mine], row[want] / m[i].astype(np.float64).sum(), rtol=1e-6)
+    assert max(w for _, r, _, w in got if r == 1023) < 3 / 1024  # a flat row's strongest: faint, as it is
+    assert _same(got, _by_hand([m], cut="row")[0])
+
+
+def test_a_row_of_zeros_has_no_links_and_an_unknown_cut_is_one_line():
+    m = _causal(40, 1)
+    m[5] = 0.0  # a padded query row
+    got, _ = strongest_links([m], cut="row")
+    assert 5 not in {i for _, i, _, _ in got} and {4, 6} <= {i for _, i, _, _ in got}
+    with pytest.raises(AttnvizError, match="unknown link cut 'rows'; use one of row, map"):
+        strongest_links([m], cut="rows")
+    assert "its query token's strongest link" in links_key(0.5, "row") and "full at 0.5" in links_key(0.5, "map")

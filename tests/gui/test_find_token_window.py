@@ -1,6 +1,6 @@
 """The find box on Head map and Token links of a long input (300 words): Enter goes to the row holding the typed
 token (a map longer than FIND_SPAN rows zooms to that many around it, every row inside; the row is read out with
-its strongest key, its weight the map's own), Enter again to its next occurrence; Token links scrolls the row into
+its strongest key in view, its weight the map's own), Enter again to its next occurrence; Token links scrolls the row into
 view and shows only its links.  Nothing found is one line, nothing moved."""
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def test_head_map_goes_to_the_token_and_to_its_next(qtbot, window, files):
     assert found is not None and (found.row, found.count, found.nth) == (41, 2, 1)  # [CLS] first
     (x0, x1), (y0, y1) = hm.vb.viewRange()
     assert y0 <= 41 < 42 <= y1 and y1 - y0 == FIND_SPAN and x1 - x0 == FIND_SPAN  # self-attention: keys alike
-    row = np.asarray(hm.mv.matrix[41], np.float64)
-    assert hm.hover == (41, int(np.argmax(row)))
+    k0, k1 = int(round(x0)), int(round(x1))  # the keys in view: the row's strongest of them is read out
+    row = np.asarray(hm.mv.matrix[41, k0:k1], np.float64)
+    assert hm.hover == (41, k0 + int(np.argmax(row)))
     assert hm.hover_label.text().startswith("1 of 2 · query “needle” (41)")
     assert hm.hover_label.text().endswith(f"{row.max():.4f}")
     again = view.go_to_token("needle")

@@ -12,7 +12,8 @@ Numpy only: no Qt, no matplotlib, no onnxruntime.
 
 The modules, each importing only those above it (no cycles):
 
-- :mod:`.palette` -- colours, colour maps, the colour scales (constants only)
+- :mod:`.palette` -- colours, colour maps, the colour scales (constants only); :mod:`.link_cut` -- what token
+  links are measured against (each row's strongest, or the map's top)
 - :mod:`.selection` -- :class:`Selection`, :class:`ViewError`, the blocks and the matrix a selection picks
 - :mod:`.defaults` -- what a freshly opened result shows; :mod:`.labels` -- token labels and ticks
 - :mod:`.colourbar` -- colour-bar ticks, range and words; :mod:`.steps` -- generation steps and decoder rows
@@ -25,7 +26,7 @@ The modules, each importing only those above it (no cycles):
   regions: whose attention (the words' or the vision tower's), the keys, the drawing, its colour scale, the view,
   several heads side by side
 - :mod:`.frame_map` -- the Head map: a tower's frames one frame at a time (:func:`head_map`), else compute_map
-- :mod:`.links` -- token links (a tower's frames: the Head map's frame)
+- :mod:`.links` -- token links (a tower's frames: the Head map's frame), cut as the selection's ``link_cut`` says
 - :mod:`.compare` -- two models compared: B's map of A's selection, and A − B
 - :mod:`.span` -- a window of positions cut out of a map (figures' ``--span``); :mod:`.find` -- a token by text or position
 
@@ -109,6 +110,7 @@ from attnviz.core.view.labels import (
     tick_indices,
     time_tick_indices,
 )
+from attnviz.core.view.link_cut import DEFAULT_LINK_CUT, LINK_CUTS, RECIPE_LINK_CUT, LinkCut, check_link_cut
 from attnviz.core.view.links import (
     LINK_MIN,
     LINKS_PER_ROW,
@@ -247,6 +249,11 @@ __all__ = [
     "LOG_DECADES",
     "ImageFrom",
     "LinksView",
+    "LinkCut",
+    "LINK_CUTS",
+    "DEFAULT_LINK_CUT",
+    "RECIPE_LINK_CUT",
+    "check_link_cut",
     "MAP_CMAP",
     "MAX_LABEL_CHARS",
     "MODES",

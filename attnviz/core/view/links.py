@@ -1,7 +1,8 @@
 """Token links: two token columns and the strongest weighted links between them, for one or several heads.
 
-The thresholds (:data:`LINK_MIN`, :data:`LINKS_PER_ROW`) and the opacity rule (:func:`link_alpha`) are shared by
-the screen and the figure, so both draw the same links.
+The thresholds (:data:`LINK_MIN`, :data:`LINKS_PER_ROW`), what they are measured against (the selection's
+``link_cut``, :data:`~attnviz.core.view.link_cut.LINK_CUTS`) and the opacity rule (:func:`link_alpha`) are
+shared by the screen and the figure, so both draw the same links.
 """
 
 from __future__ import annotations
@@ -12,19 +13,27 @@ import numpy as np
 
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.view.frame_map import head_map, shown_frame
+from attnviz.core.view.link_cut import DEFAULT_LINK_CUT, check_link_cut, nan_max
 from attnviz.core.view.palette import HEAD_COLOURS
 from attnviz.core.view.selection import MODE_TITLES, Selection, clamp, result_blocks
 
-LINK_MIN = 0.05  # weights below this fraction of the top weight are not drawn (clutter)
+LINK_MIN = 0.05  # weights below this fraction of the cut's reference (LINK_CUTS) are not drawn (clutter)
 LINKS_PER_ROW = 12  # at most this many (the strongest) links per query token and head
 
 
-def links_key(vmax: float) -> str:
+def links_key(vmax: float, cut: str = DEFAULT_LINK_CUT) -> str:
     """What a link's line says, as the figure's key: the lines carried no scale, and the weak links they leave out
-    went unsaid."""
+    went unsaid.  Against the map's top the key names it (``vmax``); against each row's strongest there is no
+    one number to name."""
+    entry = check_link_cut(cut)
+    if entry.name == "map":  # as the key read before there was a choice
+        return (
+            f"line width and opacity grow with the weight (full at {vmax:.3g}); under {LINK_MIN:.0%} of that, "
+            f"or past a token's {LINKS_PER_ROW} strongest: not drawn"
+        )
     return (
-        f"line width and opacity grow with the weight (full at {vmax:.3g}); under {LINK_MIN:.0%} of that, "
-        f"or past a token's {LINKS_PER_ROW} strongest: not drawn"
+        f"line width and opacity grow with {entry.shaded}; under {LINK_MIN:.0%} of {entry.against}, "
+        f"or past its {LINKS_PER_ROW} strongest: not drawn"
     )
 
 
@@ -42,69 +51,97 @@ class LinksView:
     q_special: list[bool]
     k_special: list[bool]
     items: list[tuple[str, str, np.ndarray]]
-    links: list[tuple[int, int, int, float]]  # (item, query row, key column, weight / vmax in [0, 1])
-    vmax: float
+    links: list[tuple[int, int, int, float]]  # (item, query row, key column, shade in [0, 1]: LINK_CUTS)
+    vmax: float  # the largest weight drawn (the "map" cut's reference)
     title: str
     block: Block | None = None
     q_pos: np.ndarray | None = None
     x_titles: tuple[str, str] = ("query", "key")
+    cut: str = DEFAULT_LINK_CUT  # what the links' weights are relative to (LINK_CUTS)
 
 
 def strongest_links(
-    mats: list[np.ndarray], vmax: float | None = None
+    mats: list[np.ndarray], vmax: float | None = None, cut: str = DEFAULT_LINK_CUT
 ) -> tuple[list[tuple[int, int, int, float]], float]:
     """The links worth drawing: per query row and matrix the ``LINKS_PER_ROW`` strongest weights of at
-    least ``LINK_MIN`` of the top weight, as ``(matrix, row, column, weight / vmax)``, row by row, each row's
-    columns in order.  Of equal weights the leftmost are taken first (a stable sort's choice); NaN is no link."""
+    least ``LINK_MIN`` of the cut's reference (:data:`LINK_CUTS`: the row's own largest weight, or the top
+    weight of all ``mats`` / ``vmax``), as ``(matrix, row, column, shade)``, row by row, each row's columns in
+    order; and the top weight.  The shade, in [0, 1], is the weight over the cut's shade reference (the row's
+    sum, or the top weight).  Of equal weights the leftmost are taken first (a stable sort's choice); NaN is no
+    link, nor is any weight of a row whose reference is not a positive number."""
+    entry = check_link_cut(cut)
     top = float(vmax) if vmax else max((float(m.max()) for m in mats if m.size), default=1.0) or 1.0
     out: list[tuple[int, int, int, float]] = []
-    for c, m in enumerate(mats):
+    for c, (m, ref, shade) in enumerate(zip(mats, entry.tops(mats, vmax), entry.shades(mats, vmax))):
         m = np.asarray(m)
-        rows, cols = _row_top(m, top)
-        w = m[rows, cols].astype(np.float64) / top
-        keep = w >= LINK_MIN
-        out.extend(
-            zip([c] * int(keep.sum()), rows[keep].tolist(), cols[keep].tolist(), np.minimum(w[keep], 1.0).tolist())
-        )
+        ref = ref[:, 0]
+        if entry.name == "row":  # a row of zeros (padding) or NaN has nothing to be relative to
+            ref = np.where((ref > 0) & (ref < np.inf), ref, np.nan)
+        rows, cols = _row_top(m, ref)
+        weights = m[rows, cols].astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            keep = weights / ref[rows] >= LINK_MIN
+            w = np.minimum(weights[keep] / shade[rows[keep], 0], 1.0)
+        out.extend(zip([c] * int(keep.sum()), rows[keep].tolist(), cols[keep].tolist(), w.tolist()))
     return out, top
 
 
-def _row_top(m: np.ndarray, top: float) -> tuple[np.ndarray, np.ndarray]:
+def _row_top(m: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row and column of each row's ``LINKS_PER_ROW`` largest weights (ties: the leftmost), row-major; where a
-    row has no more than that many weights that could be links (at least ``LINK_MIN`` of ``top``), just those,
-    which are its largest: a long map's row has a handful.  The full argsort this replaces took 1.6 s of a head
-    switch on Token links at 4,096 tokens."""
+    row has no more than that many weights that could be links (at least ``LINK_MIN`` of its reference
+    ``ref[row]``), just those, which are its largest: against the map's top a long map's row has a handful.
+    The full argsort this replaces took 1.6 s of a head switch on Token links at 4,096 tokens."""
     if m.ndim != 2 or m.shape[1] <= LINKS_PER_ROW:
         every = np.nonzero(np.ones(m.shape, bool))
         return every[0], every[1]
-    if not (0 < top < np.inf):  # no threshold to narrow by (links are then judged on the weights as taken)
-        return _top_of_rows(m, np.arange(m.shape[0]))
-    near = m >= LINK_MIN * top * (1 - 1e-6)  # a hair below: compared in the map's precision, judged after in f64
-    many = np.nonzero(np.count_nonzero(near, axis=1) > LINKS_PER_ROW)[0]
+    ok = (0 < ref) & (ref < np.inf)  # else no threshold to narrow by (links are judged on the weights as taken)
+    cut = LINK_MIN * np.where(ok, ref, 0.0) * (1 - 1e-6)  # a hair below: compared in the map's precision, judged in f64
+    cut = cut.astype(m.dtype) if np.issubdtype(m.dtype, np.floating) else cut
+    near = m >= cut[:, None]
+    many = (np.count_nonzero(near, axis=1) > LINKS_PER_ROW) | ~ok
     near[many] = False
     rows, cols = np.nonzero(near)
-    if len(many):
-        r2, c2 = _top_of_rows(m, many)
+    if many.any():
+        # a row with more candidates than links: its strongest are all over the cut (where there is one)
+        floor = np.where(ok, cut, -np.inf)
+        r2, c2 = _top_of_rows(m, np.nonzero(many)[0], floor)
         rows, cols = np.concatenate([rows, r2]), np.concatenate([cols, c2])
         order = np.lexsort((cols, rows))
         rows, cols = rows[order], cols[order]
     return rows, cols
 
 
-def _top_of_rows(m: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The ``LINKS_PER_ROW`` largest of each of ``rows`` (ties: the leftmost; NaN last), by a partition per row."""
-    n, k = m.shape[1], LINKS_PER_ROW
-    v = m[rows]
-    v = np.where(np.isnan(v), -np.inf, v)
-    kth = np.partition(v, n - k, axis=1)[:, n - k, None]  # each row's k-th largest
-    take = v > kth
-    tied = v == kth
-    # how many of the row's ties at the k-th largest are taken, leftmost first
-    room = k - np.count_nonzero(take, axis=1)
-    for i in np.nonzero(np.count_nonzero(tied, axis=1) > room)[0]:  # rows with more ties than room (a flat row, zeros)
-        tied[i, np.nonzero(tied[i])[0][room[i] :]] = False
-    r, c = np.nonzero(take | tied)
-    return rows[r], c
+BLOCK = 16  # columns per block in _top_of_rows' first look
+
+
+def _top_of_rows(m: np.ndarray, rows: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``LINKS_PER_ROW`` largest of each of ``rows`` (ties: the leftmost; NaN never), none under ``floor[row]``.
+
+    Every row of a long causal map has more candidates than links against its own strongest, and a partition of
+    each whole row took 1.2 s at 4,096 tokens.  Instead: the k-th largest of a row's block maxima (blocks of
+    :data:`BLOCK` columns) is at most its k-th largest weight (k blocks each hold a weight that large), so only the
+    weights at or over it (and the floor) can be among the k, a few dozen a row; those are sorted (by weight, then
+    column: the leftmost of equal weights first) and each row's first k taken."""
+    k, (t, n) = LINKS_PER_ROW, m.shape
+    low = np.full(t, np.inf)  # rows not asked about: no candidates
+    low[rows] = floor[rows]
+    nb = n // BLOCK
+    if nb >= k:
+        sub = m if len(rows) == t else m[rows]  # (every row of a long causal map: no copy)
+        blocks = nan_max(sub[:, : nb * BLOCK].reshape(len(rows), nb, BLOCK))
+        if n > nb * BLOCK:
+            blocks = np.concatenate([blocks, nan_max(sub[:, nb * BLOCK :])[:, None]], axis=1)
+        blocks = np.where(np.isnan(blocks), -np.inf, blocks)
+        kth = np.partition(blocks, blocks.shape[1] - k, axis=1)[:, blocks.shape[1] - k]
+        low[rows] = np.maximum(low[rows], kth)
+    low = low.astype(m.dtype) if np.issubdtype(m.dtype, np.floating) else low
+    r, c = np.nonzero(m >= low[:, None])  # NaN: never
+    v = m[r, c]
+    order = np.lexsort((c, -v, r))  # by row, then largest first, then leftmost
+    r, c = r[order], c[order]
+    starts = np.searchsorted(r, r, side="left")  # each candidate's row's first candidate
+    take = np.arange(len(r)) - starts < k
+    return r[take], c[take]
 
 
 def link_heads(blk: Block, sel: Selection) -> list[int]:
@@ -137,9 +174,20 @@ def links_view(
         mvs = [mv]
         items = [(MODE_TITLES[sel.mode], HEAD_COLOURS[0], mv.matrix)]
         title = mv.title
-    links, vmax = strongest_links([m for _, _, m in items])
+    links, vmax = strongest_links([m for _, _, m in items], cut=sel.link_cut)
     mv0 = mvs[0]
     ends = ("target", "source") if blk.kind == "cross" else ("query", "key")
     return LinksView(
-        mv0.q_labels, mv0.k_labels, mv0.q_special, mv0.k_special, items, links, vmax, title, blk, mv0.q_pos, ends
+        mv0.q_labels,
+        mv0.k_labels,
+        mv0.q_special,
+        mv0.k_special,
+        items,
+        links,
+        vmax,
+        title,
+        blk,
+        mv0.q_pos,
+        ends,
+        sel.link_cut,
     )

@@ -18,6 +18,7 @@ from attnviz import AttnvizError
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
 from attnviz.core.frames import FramesMap, frames_of
+from attnviz.core.view.link_cut import DEFAULT_LINK_CUT
 from attnviz.core.view.palette import DEFAULT_SCALE, IMAGE_DEFAULT_SCALE
 
 
@@ -62,6 +63,8 @@ class Selection:
     image_from: str = "words"
     # head map of a tower's frames (Idefics3's tiles, then the global image): which frame's map is drawn (0-based)
     frame: int = 0
+    # token links: what a link's weight is measured against, each query row's strongest or the map's top (LINK_CUTS)
+    link_cut: str = DEFAULT_LINK_CUT
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)
@@ -211,5 +214,7 @@ def hide_mask(special: np.ndarray) -> np.ndarray:
 def map_inputs(sel: Selection) -> Selection:
     """``sel`` less what :func:`compute_map` does not read: selections with equal inputs give the same map, so
     a cache keyed on this redraws nothing when only those change (a head switch under "mean over heads")."""
-    sel = sel.with_(query=None, rows="predict", image_base="grey", heads=(), image_from="words")
+    sel = sel.with_(
+        query=None, rows="predict", image_base="grey", heads=(), image_from="words", link_cut=DEFAULT_LINK_CUT
+    )
     return sel if sel.mode == "head" else sel.with_(layer=0, head=0)

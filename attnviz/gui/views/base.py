@@ -144,8 +144,11 @@ class View(QWidget):
         return self.placeholder.text() if self._stack.currentWidget() is self.placeholder else ""
 
     def _on_result(self) -> None:
+        # drawn on the selection_changed that Session.set_result sends right after (its selection already the new
+        # result's): drawing here too drew every shown view twice a result, and Token links computed its links
+        # twice (1.8 s each at 4,096 tokens on demand, where every map is recomputed by the model)
         self._result_pending = True
-        self._on_selection()
+        self._dirty = True
 
     def _on_selection(self) -> None:
         if self.isVisible():

@@ -423,22 +423,23 @@ class HeatmapWidget(QWidget):
     def go_to(self, row: int) -> None:
         """Show query row ``row`` (a found token): a map longer than :data:`FIND_SPAN` rows zooms to that many
         around it (a self-attention map's keys alike, another map's keys as they are), and the row is highlighted
-        with its strongest key and read out as a hover would."""
+        with its strongest key in view and read out as a hover would.  (Its strongest of all keys named a key
+        outside the view: a causal map's row 2,000 zoomed to keys 1,984..2,015 read out its sink, key 0.)"""
         mv = self.mv
         if mv is None or not 0 <= row < mv.matrix.shape[0]:
             return
         tq, tk = mv.matrix.shape
-        weights = np.nan_to_num(np.asarray(mv.matrix[row], np.float64), nan=-np.inf)
-        col = int(np.argmax(weights)) if tk else 0
+        (x0, x1), _ = self.vb.viewRange()
         if tq > FIND_SPAN:
             r0 = max(0, min(row - FIND_SPAN // 2, tq - FIND_SPAN))
             if mv.block is not None and mv.block.kind == "self" and tq == tk:
-                k0, kw = r0, FIND_SPAN
-            else:
-                (x0, x1), _ = self.vb.viewRange()
-                k0, kw = x0, x1 - x0
-            self.vb.setRange(QRectF(k0, r0, kw, FIND_SPAN), padding=0)
-        self.set_hover(row, col)
+                x0, x1 = r0, r0 + FIND_SPAN
+            self.vb.setRange(QRectF(x0, r0, x1 - x0, FIND_SPAN), padding=0)
+        lo, hi = _cells_in(x0, x1, tk)
+        if hi <= lo:  # the view lies beside the map's keys: its strongest of all
+            lo, hi = 0, tk
+        weights = np.nan_to_num(np.asarray(mv.matrix[row, lo:hi], np.float64), nan=-np.inf)
+        self.set_hover(row, lo + int(np.argmax(weights)) if hi > lo else 0)
 
     def visible_span(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
         """The positions a zoomed-in view shows, ``((first row, last row), (first key, last key))`` as the model
@@ -448,8 +449,7 @@ class HeatmapWidget(QWidget):
             return None
         tq, tk = mv.matrix.shape
         (x0, x1), (y0, y1) = self.vb.viewRange()
-        r0, r1 = max(0, math.floor(y0 + 1e-6)), min(tq, math.ceil(y1 - 1e-6))
-        k0, k1 = max(0, math.floor(x0 + 1e-6)), min(tk, math.ceil(x1 - 1e-6))
+        (r0, r1), (k0, k1) = _cells_in(y0, y1, tq), _cells_in(x0, x1, tk)
         if (r0, r1, k0, k1) == (0, tq, 0, tk) or r1 <= r0 or k1 <= k0:
             return None
         return (int(mv.q_pos[r0]), int(mv.q_pos[r1 - 1])), (int(mv.k_pos[k0]), int(mv.k_pos[k1 - 1]))
@@ -518,3 +518,9 @@ class HeatmapWidget(QWidget):
         row, col = self.cell_at_scene(ev.scenePos())
         if row >= 0:
             self.clicked.emit(row, col)
+
+
+def _cells_in(a: float, b: float, n: int) -> tuple[int, int]:
+    """The cells ``lo..hi-1`` of ``n`` any part of which lies between view coordinates ``a`` and ``b`` (a hair
+    in from each edge: a view set to whole cells shows those, not its neighbours)."""
+    return max(0, math.floor(a + 1e-6)), min(n, math.ceil(b - 1e-6))

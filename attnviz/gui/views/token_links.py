@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from attnviz.core import view as vm
 from attnviz.core.view_names import tab_title
@@ -16,6 +16,21 @@ from attnviz.gui.views.head_map import find_box
 ROW_H = 22  # the smallest row pitch (px): a label's height
 MAX_ROW_H = 44  # a short input spreads its rows over the panel up to this pitch (then the lines stay readable)
 LINK_SPAN = 380  # max horizontal distance between the token columns, px
+MAX_CROSSING = 1000  # at most this many links that only cross the rows in view are drawn there (the strongest)
+CLIP_PAD = 8.0  # px beyond the painted band a clipped line still runs (more than its widest half and antialiasing)
+
+
+def _clipped(x1: float, y1: float, x2: float, y2: float, lo: float, hi: float) -> tuple[QPointF, QPointF]:
+    """The line's part between heights ``lo`` and ``hi``, the same line: Qt strokes the whole of a line it is
+    given, clipped or not, and a long input's links run tens of thousands of pixels (a 4,096-token causal map
+    scrolled to its middle: 17,000 lines across the view, 11 s a paint, drawn whole)."""
+    if y1 != y2:
+        ends = []
+        for y in (y1, y2):
+            t = (min(max(y, lo), hi) - y1) / (y2 - y1)
+            ends.append(QPointF(x1 + t * (x2 - x1), y1 + t * (y2 - y1)))
+        return ends[0], ends[1]
+    return QPointF(x1, y1), QPointF(x2, y2)
 
 
 class LinksCanvas(QWidget):
@@ -36,7 +51,7 @@ class LinksCanvas(QWidget):
         # the column titles, from the view model as the figure draws them ("target"/"source" for cross-attention)
         self.titles: tuple[str, str] = ("query", "key")
         self.layers: list[tuple[str, np.ndarray]] = []  # (colour, [Tq, Tk])
-        self.links: list[tuple[int, int, int, float]] = []  # (layer, q, k, weight) after top-k
+        self.links: list[tuple[int, int, int, float]] = []  # (layer, q, k, weight / its reference) after top-k
         self.focus: tuple[str, int] | None = None
         self.top_k: int | None = None
         self.font_ = QFont()
@@ -51,7 +66,7 @@ class LinksCanvas(QWidget):
         self.layers = [(colour, m) for _, colour, m in lv.items]
         self.links = list(lv.links)  # (item, q, k, weight / vmax)
         self.top_k = vm.LINKS_PER_ROW
-        self._vmax = 1.0  # link weights are already relative to the top weight
+        self._vmax = 1.0  # link weights are already relative to their reference (the view model's cut)
         n = max(len(self.q_labels), len(self.k_labels))
         if (self.q_labels, self.k_labels) != self._measured:  # a head switch keeps the tokens: measured once
             fm = QFontMetrics(self.font_)
@@ -128,10 +143,21 @@ class LinksCanvas(QWidget):
         return range(max(0, int(top // rh) - 1), max(0, min(n, int(bottom // rh))))
 
     def links_in(self, top: float, bottom: float) -> list[tuple[int, int, int, float]]:
-        """The visible links whose line passes between ``top`` and ``bottom`` (px), a line's width either side."""
+        """The visible links whose line passes between ``top`` and ``bottom`` (px), a line's width either side:
+        every one with an end there, and of those that only cross, the :data:`MAX_CROSSING` strongest."""
         rh, pad = self._row_h(), 4.0
         lo, hi = top - pad - 1.5 * rh, bottom + pad - 1.5 * rh  # _y(i) = rh * i + 1.5 * rh
-        return [lk for lk in self.visible_links() if min(lk[1], lk[2]) * rh <= hi and max(lk[1], lk[2]) * rh >= lo]
+        shown = [lk for lk in self.visible_links() if min(lk[1], lk[2]) * rh <= hi and max(lk[1], lk[2]) * rh >= lo]
+        crossing: list[int] = [
+            n for n, lk in enumerate(shown) if not (lo <= lk[1] * rh <= hi or lo <= lk[2] * rh <= hi)
+        ]
+        if len(crossing) <= MAX_CROSSING:
+            return shown
+        # each query row's strongest links on a long causal map: rows far below link far above, and at 4,096
+        # tokens 17,000 such lines crossed the middle rows (11 s a paint: a grey haze of near-vertical lines)
+        weights = [-lk[3] for lk in shown]
+        dropped = set(sorted(crossing, key=weights.__getitem__)[MAX_CROSSING:])  # (equal ones: the first kept)
+        return [lk for n, lk in enumerate(shown) if n not in dropped]
 
     def paintEvent(self, ev):
         # only what the scroll area shows: 4,096 tokens are 8,192 labels and up to 49,152 links, all painted on
@@ -154,6 +180,7 @@ class LinksCanvas(QWidget):
             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
             f" {self.titles[1]}",
         )
+        lo, hi = top - CLIP_PAD, bottom + CLIP_PAD
         for li, i, j, w in self.links_in(top, bottom):
             c = QColor(self.layers[li][0])
             a = min(1.0, w / self._vmax)
@@ -161,7 +188,7 @@ class LinksCanvas(QWidget):
             pen = QPen(c)
             pen.setWidthF(0.5 + 3.5 * a)
             p.setPen(pen)
-            p.drawLine(QPointF(xl + 4, self._y(i)), QPointF(xr - 4, self._y(j)))
+            p.drawLine(*_clipped(xl + 4, self._y(i), xr - 4, self._y(j), lo, hi))
         focus = self.focus
         rh = self._row_h()
         rows = self.rows_in(top, bottom)
@@ -181,7 +208,7 @@ class LinksCanvas(QWidget):
 
 class TokenLinksView(View):
     title = tab_title("links")
-    scale_note = "Token links shade each link by its share of the strongest link shown"
+    scale_note = "Token links shade each link by its share of what its links-against box names"
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
@@ -200,10 +227,22 @@ class TokenLinksView(View):
         scroll.setWidget(self.canvas)
         self.scroller = scroll
         self.find_box = find_box(self.go_to_token)
+        # what a link is measured against (the view model's LINK_CUTS, the selection's link_cut: the export's too)
+        self.cut_box = QComboBox()
+        for name, cut in vm.LINK_CUTS.items():
+            self.cut_box.addItem(cut.text, name)
+            self.cut_box.setItemData(self.cut_box.count() - 1, cut.tip, Qt.ItemDataRole.ToolTipRole)
+        self.cut_box.setToolTip(
+            "what each link is measured against, for the cut (under 5 % of it: not drawn) and its line's shade; "
+            "File ▸ Export view draws the same"
+        )
+        self.cut_box.currentIndexChanged.connect(lambda _i: self.session.select(link_cut=self.cut_box.currentData()))
         top = QHBoxLayout()
         top.addWidget(QLabel("heads:"))
         top.addLayout(self.heads_bar)
         top.addStretch(1)
+        top.addWidget(QLabel("links against:"))
+        top.addWidget(self.cut_box)
         top.addWidget(QLabel("find:"))
         top.addWidget(self.find_box)
         lay = QVBoxLayout(self.body)
@@ -276,6 +315,10 @@ class TokenLinksView(View):
             b.setChecked(sel.mode == "head" and h in self.checked)
             b.setEnabled(sel.mode == "head")
             b.blockSignals(False)
+        if self.cut_box.currentData() != sel.link_cut:
+            self.cut_box.blockSignals(True)  # showing the selection is not a new choice
+            self.cut_box.setCurrentIndex(max(0, self.cut_box.findData(sel.link_cut)))
+            self.cut_box.blockSignals(False)
         self.lv = lv
         self.canvas.set_data(lv)
         checked = sorted(self.checked)
@@ -291,7 +334,7 @@ class TokenLinksView(View):
         self.info.setText(f"{title}. Hover a token to show only its links.")
         self.info.setToolTip(
             f"{lv.title}: at most {vm.LINKS_PER_ROW} links per query token, weights of at least "
-            f"{vm.LINK_MIN:.0%} of the top one (as in the exported figure)"
+            f"{vm.LINK_MIN:.0%} of {vm.LINK_CUTS[lv.cut].against} (as in the exported figure)"
         )
 
     def _on_hover(self, side: str, i: int) -> None:
