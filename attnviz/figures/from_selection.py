@@ -10,7 +10,7 @@ none).  Matplotlib-free at import.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from attnviz import AttnvizError
 from attnviz.core import view as vm
@@ -130,4 +130,7 @@ def same_call(
     """``render_spec(result, spec)`` is ``render_figure(result, view, sel, style)``: the same view, selection and
     style (render_spec validates the spec, resolves it and draws in its style; nothing else goes in)."""
     spec.validate()
-    return spec.view == view and resolve(result, spec) == sel and spec.style == (style or FigureStyle())
+    got = resolve(result, spec)
+    if view != "links":  # the cut is the links view's alone: another view's recipe keeps none (its_spec)
+        got = replace(got, link_cut=sel.link_cut)
+    return spec.view == view and got == sel and spec.style == (style or FigureStyle())
