@@ -147,16 +147,23 @@ def test_stuck_jobs_never_block_the_next_one(qtbot):
 
 
 def test_open_screenshot_always_exits(tmp_path):
-    """Finding 4: with a job stuck in Python code, `open --screenshot` used to never exit."""
+    """Finding 4: with a job stuck in Python code, `open --screenshot` used to never exit.  It is waited for 5 s
+    once: the window's close gave it that, and the command then waited 5 s more for the same job."""
     import subprocess
     import sys
 
     model = tiny_text_model(tmp_path / "model.onnx")
     code = (
         "import sys, threading\n"
-        "import attnviz.gui.screenshot as s, attnviz.gui.main_window as mw\n"
+        "import attnviz.gui.screenshot as s, attnviz.gui.main_window as mw, attnviz.gui.workers as wk\n"
         "s.TIMEOUT_MS = 1500\n"
         "mw._default_opener = lambda *a, **k: threading.Event().wait()  # stuck forever, deaf to cancel\n"
+        "wait = wk.WorkerPool.wait\n"
+        "def told(self, msecs=30000):\n"
+        "    done = wait(self, msecs)\n"
+        "    print('waited', msecs, done, file=sys.stderr, flush=True)\n"
+        "    return done\n"
+        "wk.WorkerPool.wait = told\n"
         "from attnviz.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
@@ -170,6 +177,8 @@ def test_open_screenshot_always_exits(tmp_path):
     )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("attnviz: error: no result within"), r.stderr
+    waits = [line.split()[1:] for line in r.stderr.splitlines() if line.startswith("waited ")]
+    assert sum(int(ms) for ms, done in waits if done == "False") == 5000, r.stderr  # in vain: the job is stuck
 
 
 def test_open_screenshot_neither_reads_nor_writes_the_users_settings(qtbot, tmp_path):

@@ -416,7 +416,10 @@ def run(args) -> int:
     # a model run in the child process stops on cancel; a job stuck in Python code cannot be stopped, and waiting
     # for it at interpreter exit would hang `open --screenshot` forever: leave without it
     win.workers.cancel()
-    stuck = not (win.workers.wait(5000) and win.stats.workers.wait(1000))
+    # a closed window (app.quit closes it in Qt 6, Ctrl-C closes it) already gave its jobs 5 s: a stuck one is only
+    # asked again whether it is done, not waited for another 5 s (`open --screenshot` past its time took 10 s more)
+    grace = 0 if win.waited_on_close else 5000
+    stuck = not (win.workers.wait(grace) and win.stats.workers.wait(min(grace, 1000)))
     if scratch is not None:
         drop_scratch(scratch)
     error = taker.error if taker is not None and not interrupted else None

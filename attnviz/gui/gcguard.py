@@ -28,20 +28,31 @@ class MainThreadCollector(QObject):
         super().__init__(parent)
         self.thresholds = gc.get_threshold()
         gc.disable()
+        # CPython's guard against quadratic cost (Modules/gcmodule.c, long_lived_total / long_lived_pending, which
+        # it does not expose): a full collection traverses every object, so it waits until the objects that reached
+        # the oldest generation since the last one are a quarter of those that one kept.  Without it a full pass
+        # ran every tenth generation-1 pass: seconds each in a heap of millions (the test suite's process)
+        self.long_lived_total = len(gc.get_objects(generation=2))
+        self.long_lived_pending = 0
         self.timer = QTimer(self)
         self.timer.timeout.connect(self.collect_due)
         self.timer.start(interval_ms)
 
     def collect_due(self) -> None:
-        """Collect the generations whose counts passed their thresholds, as CPython itself would have."""
+        """Collect the generation CPython itself would have collected now, if any."""
         t0, t1, t2 = self.thresholds
         c0, c1, c2 = gc.get_count()
         if t0 <= 0 or c0 <= t0:
             return
-        generation = 0
-        if c1 > t1:
-            generation = 2 if c2 > t2 else 1
-        gc.collect(generation)
+        if c2 > t2 and self.long_lived_pending >= self.long_lived_total // 4:
+            gc.collect(2)
+            self.long_lived_total = len(gc.get_objects(generation=2))  # what it kept (the rest are now there too)
+            self.long_lived_pending = 0
+        elif c1 > t1:
+            young = len(gc.get_objects(generation=0)) + len(gc.get_objects(generation=1))
+            self.long_lived_pending += young - gc.collect(1)  # the survivors move to the oldest generation
+        else:
+            gc.collect(0)
 
 
 def install(app: QObject) -> MainThreadCollector:

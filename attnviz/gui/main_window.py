@@ -89,6 +89,7 @@ class MainWindow(QMainWindow):
         self.settings = settings if settings is not None else make_settings()
         self.session = Session(self)
         self.workers = WorkerPool(max_threads=2, parent=self)
+        self.waited_on_close = False  # (closeEvent)
         self.workers.wording = WINDOW  # every job's refusal or note names the window's fields, not the CLI's flags
         self._context: dict[int, tuple] = {}  # request id -> what the request was about
         self.workers.returned.connect(self._on_worker_returned)
@@ -933,6 +934,7 @@ class MainWindow(QMainWindow):
         self.workers.cancel()
         self.workers.wait(5000)
         self.stats.workers.wait(5000)
+        self.waited_on_close = True  # its jobs had their grace: gui/command.py does not wait for a stuck one again
         if self.error_box is not None:
             self.error_box.close()
         super().closeEvent(ev)

@@ -10,11 +10,15 @@ import pickle
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 from onnx_builders import tiny_text_model
 
 from attnviz.runtime import host
 from attnviz.runtime import model as rm
+
+# gc.collect() here frees what each test made; not a traversal of the whole suite's heap (conftest.py)
+pytestmark = pytest.mark.usefixtures("young_gc")
 
 # the kept maps are onnxruntime's float32 softmax, the host's recompute numpy's (test_ondemand_kept.py: equal
 # within 1e-6); the isolated and in-process kept maps are the same computation and must agree bit for bit
@@ -196,8 +200,6 @@ def test_a_child_killed_during_a_repeated_run_is_one_crash_and_the_next_run_star
     one that crashed stays refused) draws the heads of its own tokens (against the same tokens in this process)."""
     import os
     import signal
-
-    import pytest
 
     from attnviz.runtime.child import ModelCrashed
 
