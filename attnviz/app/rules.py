@@ -104,6 +104,18 @@ def first_input(model: AttnModel, given: dict, current_image: str = "", current_
     return values
 
 
+def several_texts_problem(model: AttnModel, given: dict) -> str | None:
+    """Several ``--text`` for a model that takes one (not a dual encoder): what `extract` says (runtime/builders.py),
+    where the window joined them into one text and the tokenizer then refused a word of the join."""
+    texts = given.get("text")
+    dual = model.kind == "vision" and "tokens" in set(model.roles.values())
+    if not isinstance(texts, list | tuple) or len(texts) < 2 or dual:
+        return None
+    from attnviz.runtime.builders import several_texts_message
+
+    return several_texts_message(len(texts), f"{model_name(model)} ({model.kind}) takes one text")
+
+
 def waiting_for_audio(model: AttnModel, values: dict) -> str | None:
     """What to do when a speech model opens with no sound to hear (the window waits for one instead of running
     into the engine's refusal); None when it can run."""

@@ -521,6 +521,10 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(
             f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind_words(model)}"
         )
+        several = rules.several_texts_problem(model, given)
+        if several:  # (`open --text a --text b` on a model that takes one: extract's line, not a tokenizer's)
+            self.show_error(several, param="text")
+            return
         waiting = rules.waiting_for_audio(model, values)
         if waiting:  # nothing to hear yet: say what to do instead of running into the engine's refusal
             self.statusBar().showMessage(waiting)

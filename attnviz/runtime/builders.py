@@ -657,10 +657,14 @@ def _several_texts_refused(b: _Build) -> None:
         why = "several texts are candidates alone, no text pair"
     else:
         why = f"{b.model.path.name} ({b.model.kind}) takes one text"
-    raise AttnvizError(
+    raise AttnvizError(several_texts_message(n, why), param="text")
+
+
+def several_texts_message(n: int, why: str) -> str:
+    """The one line for ``n`` texts where one is taken (``why``: what takes one); the window says the same."""
+    return (
         f"{n} texts given and {why}; several texts (--text once per text) are for a dual encoder (CLIP, SigLIP), "
-        "each scored against the image(s): give one text",
-        param="text",
+        "each scored against the image(s): give one text"
     )
 
 
