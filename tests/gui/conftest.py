@@ -114,3 +114,15 @@ def onnx_dir(tmp_path_factory):
     shutil.copytree(cached, d, dirs_exist_ok=True)
     made = json.loads((d / "made.json").read_text())
     return {name: d / made[name] for name in ONNX_BUILDERS}
+
+
+@pytest.fixture(scope="session")
+def quantized(tmp_path_factory):
+    """The sequence-classification demo quantized to int8 (onnxruntime's dynamic quantization): the same heads with
+    other weights, the compare tests' model B (made once a session; three test files each made their own)."""
+    from gui_helpers import demo
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    q = tmp_path_factory.mktemp("q") / "sequence-classification-int8.onnx"
+    quantize_dynamic(str(demo("sequence-classification")), str(q), weight_type=QuantType.QInt8)
+    return q

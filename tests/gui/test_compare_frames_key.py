@@ -19,15 +19,6 @@ DEMO = MODELS / "sequence-classification.onnx"
 TEXT = "3 1 4 1 5 9 2 6"
 
 
-@pytest.fixture(scope="module")
-def quantized(tmp_path_factory):
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    q = tmp_path_factory.mktemp("q") / "sequence-classification-int8.onnx"
-    quantize_dynamic(str(DEMO), str(q), weight_type=QuantType.QInt8)
-    return q
-
-
 def _compared(qtbot, w, path):
     open_and_wait(qtbot, w, DEMO, text=TEXT)
     w.select_view("overview")
