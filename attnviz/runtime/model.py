@@ -516,7 +516,7 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             self._sites,
             exposed,
             got,
-            lambda s, ex, fetched: self._site_map(s, ex, fetched, towers.get(s.extra.get("tower"), batch), mode),
+            lambda s, ex, fetched: self._site_map(s, ex, fetched, towers.get(str(s.extra.get("tower")), batch), mode),
         )
 
     def _tower_batches(self, feeds: dict) -> dict[str, int]:
