@@ -594,10 +594,11 @@ def _image_and_text(b: _Build) -> bool:
 def _pair_text(b: _Build) -> None:
     """A dual encoder's text: into its text tower's token inputs, as any encoder's (the image went in through
     :func:`_image`); its rows become the text tower's axis (the image's patches are the other).  Several texts
-    (zero-shot: one image against candidate texts) are one batch row each, padded as the tokenizer pads, and the
-    image is repeated once per text: row i is the image and text i, which the pair logits score.  Several images
-    (:func:`_dual_images`) are each run against every text: row r is image r // texts and text r % texts
-    (:meth:`PairLayout.grid`), one text against several images its rows the images."""
+    (zero-shot: one image against candidate texts) are one batch row each, padded as the tokenizer pads: row i is
+    the image and text i, which the pair logits score.  Several images (:func:`_dual_images`) are each scored
+    against every text: row r is image r // texts and text r % texts (:meth:`PairLayout.grid`), one text against
+    several images its rows the images.  Each image and each text is fed once, the towers' batches apart (the rows
+    made after the run: runtime/dual_towers.py); a graph of a fixed batch is fed the rows, each image repeated."""
     images = b.prep.pair_images
     if b.req.texts is None and images is None:
         _encoder_text(b)

@@ -210,3 +210,18 @@ def test_rows_of_an_on_demand_map_asks_its_rows():
     assert m.shape == (3, 3, 4, 4)
     assert np.array_equal(m.head(0, 2), held[1, 2]) and asked == [(1, 2)]
     assert np.array_equal(m.array(), held[[1, 1, 0]])
+
+
+def test_on_demand_maps_follow_the_rows(tmp_path, images):
+    """``--memory ondemand``: each tower's maps recomputed from its own run (its own batch), every pair's row asked
+    of its image's or text's row, the same as the dense run's."""
+    paths, _ = images
+    model = open_model(_folder(tmp_path, "clip"), provider="cpu")
+    dense = model.analyze(image=paths, text=TEXTS, mode="dense")
+    lazy = model.analyze(image=paths, text=TEXTS, mode="ondemand")
+    assert lazy.info["mode"] == "ondemand" and all(isinstance(m, RowsOf) for m in lazy.maps)
+    row = pick_row(lazy, 5)  # image 1, text 2: one row's heads asked of its tower's row
+    for i, (a, b) in enumerate(zip(dense.maps, lazy.maps)):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(b.array(), a.array(), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(row.maps[i].array()[0], a.array()[5], rtol=0, atol=1e-6)
