@@ -225,3 +225,25 @@ def test_on_demand_maps_follow_the_rows(tmp_path, images):
         assert a.shape == b.shape
         np.testing.assert_allclose(b.array(), a.array(), rtol=0, atol=1e-6)
         np.testing.assert_allclose(row.maps[i].array()[0], a.array()[5], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", hf_models.DUALS)
+def test_export_hf_runs_the_towers_apart(tmp_path, capsys, images, monkeypatch, runs, arch):
+    """``attnviz export-hf``'s dual encoders (an output axis of images by texts) take the two batches too: one run
+    of 2 images and 3 texts, every map and score within 1e-6 of the pairs run as rows."""
+    paths, _ = images
+    src = hf_models.save_hf_folder(arch, tmp_path / "hf")
+    assert main(["export-hf", str(src), "--out", str(tmp_path / "onnx")]) == 0
+    capsys.readouterr()
+    runs.clear()  # (the export's own parity check ran it)
+    model = open_model(tmp_path / "onnx" / "model.onnx", provider="cpu")
+    apart = model.analyze(image=paths, text=TEXTS)
+    assert [(r["pixel_values"], r["input_ids"]) for r in runs] == [(2, 3)]
+    monkeypatch.setattr(dual_towers, "fed_apart", lambda model: False)
+    rows = model.analyze(image=paths, text=TEXTS)
+    assert [(r["pixel_values"], r["input_ids"]) for r in runs[1:]] == [(6, 6)]
+    for a, b in zip(apart.maps, rows.maps):
+        np.testing.assert_allclose(a.array(), b.array(), rtol=0, atol=1e-6)
+    got, want = TextScores.from_info(apart.info), TextScores.from_info(rows.info)
+    assert got is not None and want is not None and got.rule == want.rule
+    np.testing.assert_allclose(got.scores, want.scores, rtol=0, atol=1e-6)
