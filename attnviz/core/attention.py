@@ -106,8 +106,11 @@ class DenseMap:
     """A map held in memory.
 
     ``rows`` (where given): batch row ``b`` is row ``rows[b]`` of the array held (``held``) -- a beam search's K
-    rows of a site every beam shares (a vision tower's or an encoder's: one run of the same input), held once and
-    each row a read-only view of it (``np.broadcast_to``), not K copies.  A reader never writes into a map."""
+    rows of a site every beam shares (a vision tower's or an encoder's: one run of the same input), or a dual
+    encoder's pairs, each showing its image's and its text's rows of its towers' maps (runtime/dual_towers.py) --
+    held once and each row a read-only view of it, not a copy a row.  Rows that all name one row are one broadcast
+    view (``np.broadcast_to``); rows naming several are taken as one array only when :meth:`array` asks for them
+    all (:meth:`head` is a view of the held row).  A reader never writes into a map."""
 
     def __init__(self, a: np.ndarray, rows: list[int] | None = None):
         # a float32 array kept as the very object (numpy's asarray hands back a view of an unpickled one, whose
@@ -121,10 +124,12 @@ class DenseMap:
         if self.rows is not None:
             if not self.rows or min(self.rows) < 0 or max(self.rows) >= a.shape[0]:
                 raise ValueError(f"rows {self.rows} name rows outside the map's {a.shape[0]}")
-            a = _shown(a, self.rows)
-        self._a = a
-        b, h, tq, tk = (int(s) for s in a.shape)
-        self.shape = (b, h, tq, tk)  # four named ints, so a DenseMap is a MapSource to mypy too
+            if self.rows == list(range(a.shape[0])):  # every row its own: the array as held
+                self.rows = None
+        self._a: np.ndarray | None = a if self.rows is None else _shown(a, self.rows)
+        b = len(self.rows) if self.rows is not None else a.shape[0]
+        _, h, tq, tk = (int(s) for s in a.shape)
+        self.shape = (int(b), h, tq, tk)  # four named ints, so a DenseMap is a MapSource to mypy too
 
     def shared(self, n: int) -> DenseMap:
         """``n`` batch rows each showing this one-row map (the same array, no copy)."""
@@ -133,9 +138,16 @@ class DenseMap:
         return DenseMap(self.held, [self.rows[0] if self.rows else 0] * int(n))
 
     def head(self, b: int, h: int) -> np.ndarray:
+        if self._a is None:  # (rows naming several: the held row's head, no copy)
+            assert self.rows is not None
+            return self.held[self.rows[b], h]
         return self._a[b, h]
 
     def array(self) -> np.ndarray:
+        if self._a is None:  # taken when first asked for whole (a figure of every row, a comparison), then kept
+            assert self.rows is not None
+            self._a = self.held[self.rows]
+            self._a.flags.writeable = False
         return self._a
 
     @property
@@ -151,14 +163,12 @@ class DenseMap:
         self.__init__(state["held"], state["rows"])  # type: ignore[misc]
 
 
-def _shown(a: np.ndarray, rows: list[int]) -> np.ndarray:
-    """The batch rows ``rows`` of ``a``, read-only: one row's broadcast view where all name it (no copy), else
-    the rows taken."""
+def _shown(a: np.ndarray, rows: list[int]) -> np.ndarray | None:
+    """The batch rows ``rows`` of ``a``, read-only: one row's broadcast view where all name it (no copy); None
+    where they name several (taken when asked for whole: :meth:`DenseMap.array`)."""
     if len(set(rows)) == 1:
         return np.broadcast_to(a[rows[0] : rows[0] + 1], (len(rows), *a.shape[1:]))
-    out = a[rows]
-    out.flags.writeable = False
-    return out
+    return None
 
 
 @dataclass

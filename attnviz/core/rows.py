@@ -151,6 +151,33 @@ class RowMap:
         return self.src.pooled(self.b, n_q, n_k, max_side) if isinstance(self.src, PooledSource) else None
 
 
+class RowsOf:
+    """Batch rows of a map source picked by index: row ``b`` is its source's row ``rows[b]`` (a dual encoder's
+    tower run once an image or text, each of its rows shown by every pair that holds it: runtime/dual_towers.py),
+    asked of the source when wanted, never copied ahead.  A dense map does this itself (``DenseMap.rows``)."""
+
+    def __init__(self, src: MapSource, rows: list[int]):
+        self.src, self.rows = src, [int(r) for r in rows]
+        _, h, tq, tk = src.shape
+        self.shape = (len(self.rows), h, tq, tk)
+
+    def head(self, b: int, h: int) -> np.ndarray:
+        return self.src.head(self.rows[b], h)
+
+    def heads(self, b: int) -> np.ndarray:
+        """``[H, Tq, Tk]`` of row ``b``, as its source brings a row's heads (or one head at a time)."""
+        if isinstance(self.src, RowSource):
+            return self.src.heads(self.rows[b])
+        return np.stack([self.src.head(self.rows[b], h) for h in range(self.shape[1])])
+
+    def array(self) -> np.ndarray:
+        return np.stack([self.heads(b) for b in range(self.shape[0])])
+
+    def pooled(self, b: int, n_q: int, n_k: int, max_side: int) -> np.ndarray | None:
+        """Its source's thumbnails of the row where it pools them, else None (the caller pools)."""
+        return self.src.pooled(self.rows[b], n_q, n_k, max_side) if isinstance(self.src, PooledSource) else None
+
+
 def check_row(result: AttentionResult, b: int) -> int:
     n = max(1, result.batch_size)
     if not 0 <= int(b) < n:

@@ -1,7 +1,7 @@
 """A dual encoder's scores (CLIP, SigLIP whole): each batch row's image against its text, as the model defines it.
 
-A zero-shot run feeds one image against N candidate texts (the image repeated once per text, so row i is the image
-and text i); the graph's ``logits_per_image`` is ``[images, texts]``.  CLIP's score of text i is the softmax over
+A zero-shot run scores one image against N candidate texts (row i is the image and text i; the image runs once,
+runtime/dual_towers.py lays its run out as the rows); the graph's ``logits_per_image`` is ``[images, texts]``.  CLIP's score of text i is the softmax over
 the texts of image i's logits (the texts compete: the scores of one image sum to 1); SigLIP's is the sigmoid of
 the pair's own logit (each text judged alone, ``logit_bias`` in the graph).  Retrieval feeds one text against
 several images (its softmax over the images: ``logits_per_text``), and several of each every image against every

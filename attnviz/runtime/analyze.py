@@ -221,7 +221,7 @@ def _labelled(
 
         try:
             with shortening(prep.shorten):  # a memory refusal names the --max-seconds that fits
-                result = model.run(feeds, mode=req.mode)
+                result, feeds = _run_towers(model, req, prep, feeds)
         except AttnvizError as e:
             if prep.hint:  # the likely cause first: onnxruntime's own words are long and name a node
                 raise AttnvizError(f"{prep.hint} ({e})") from None
@@ -354,6 +354,29 @@ def _labelled(
     return result
 
 
+def _run_towers(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, feeds: dict) -> tuple[AttentionResult, dict]:
+    """The run, and the feeds it ran on.  A dual encoder's images and texts fed apart (each once:
+    runtime/dual_towers.py) make the pairs' rows after the run; a graph that refuses the two batches, or whose maps
+    do not follow them, runs the pairs as rows.  Raw feeds pair image i with text i, their counts checked."""
+    from attnviz.runtime import dual_towers as dt
+
+    layout = prep.pair_layout
+    if not prep.towers_apart or layout is None:
+        result = model.run(feeds, mode=req.mode)
+        if prep.img_in is not None and layout is None:
+            dt.refuse_unpaired(model.path.name, result)
+        return result, feeds
+    try:
+        result = model.run(feeds, mode=req.mode)
+        if dt.follows(result, layout):
+            return dt.spread(result, layout), feeds
+    except AttnvizError:
+        pass  # (the rows' run below says what is wrong, if anything still is)
+    prep.towers_apart = False
+    feeds = prep.feeds = dt.as_rows(model, feeds, layout)
+    return model.run(feeds, mode=req.mode), feeds
+
+
 def _text_scores(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, result: AttentionResult) -> list[str]:
     """Each row's score against its image, from the model's own pair logits (runtime/dual_scores.py)."""
     from attnviz.runtime.dual_scores import attach_scores, row_text
@@ -384,7 +407,8 @@ def refuse_non_finite(result: AttentionResult) -> None:
     for site, m in zip(result.sites, result.maps):
         if not isinstance(m, (DenseMap, FramesMap)):
             continue
-        a = m.blocks if isinstance(m, FramesMap) else m.array()  # a tower's frames: their own maps, not laid out
+        # a tower's frames: their own maps, not laid out; a dense map's rows: the array held, each row once
+        a = m.blocks if isinstance(m, FramesMap) else m.held
         known = noted(a)  # the crash-isolation child's check right after the run (attnviz.runtime.finite)
         if not (all_finite(a) if known is None else known):
             if result.info.get("map_dtype") == "float16":

@@ -118,10 +118,6 @@ def packed_const(graph: gr.Graph, name: str) -> np.ndarray:
     return v.astype(np.float32)
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def place_windows(
     label: str, meta: dict, image: str | None, kept: list[gr.Site], maps: list, feeds: dict[str, np.ndarray]
 ) -> list:
@@ -138,18 +134,16 @@ def place_windows(
     if layout is None and np.ndim(feeds[image]) == 5:  # an images axis (a VLM's tiles): a map row per image
         return maps
     batch = feeds[image].shape[0]
-    # a dual encoder's text tower runs over the texts: one image against several candidate texts (zero-shot) made a
-    # text batch a multiple of the image batch, refused as Swin's windows; a result's rows pair image i with text i
-    texts = sorted({m.shape[0] for s, m in zip(kept, maps) if s.extra.get("tower") == "text"})
-    if texts and texts != [batch]:
-        raise AttnvizError(
-            f"{label}: a dual encoder's rows pair image i with text i, and {_count(batch, 'image')} and "
-            f"{_count(texts[-1], 'text')} were fed; give as many images as texts (row i's maps are image i's and text "
-            "i's), or one image against several texts with --image once and --text once per text (the image is "
-            "repeated for you)"
-        )
+    # a dual encoder's text tower runs over the texts, whose batch is its own (each text once against each image
+    # once: runtime/dual_towers.py; raw feeds of unpaired counts are refused there): never a window of the image's
+    text = {id(s) for s in kept if s.extra.get("tower") == "text"}
     windowed = next(
-        ((s, m) for s, m in zip(kept, maps) if m.shape[0] != batch and batch and m.shape[0] % batch == 0), None
+        (
+            (s, m)
+            for s, m in zip(kept, maps)
+            if id(s) not in text and m.shape[0] != batch and batch and m.shape[0] % batch == 0
+        ),
+        None,
     )
     if layout is None:
         if windowed is None:

@@ -22,6 +22,7 @@ from attnviz.core.attention import AudioTrack, TokenAxis
 from attnviz.core.setting_words import fix
 from attnviz.core.text_scores import PairLayout
 from attnviz.core.words import with_article
+from attnviz.runtime import dual_towers
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.audio_notes import LANGUAGE
 from attnviz.runtime.request import AnalyzeRequest
@@ -65,6 +66,9 @@ class Prepared:
     pair_images: list[np.ndarray] | None = None
     pair_image_names: list[str] | None = None
     pair_layout: PairLayout | None = None
+    # the pairs' images and texts fed each once, the towers' batches apart (runtime/dual_towers.py): the run's
+    # result then makes the rows; False: the feeds are the rows, each image repeated once per text
+    towers_apart: bool = False
     speech_prompt: int = 0  # a speech decoder's forced prompt length (the transcript is fed after it); 0: none
 
 
@@ -590,10 +594,11 @@ def _image_and_text(b: _Build) -> bool:
 def _pair_text(b: _Build) -> None:
     """A dual encoder's text: into its text tower's token inputs, as any encoder's (the image went in through
     :func:`_image`); its rows become the text tower's axis (the image's patches are the other).  Several texts
-    (zero-shot: one image against candidate texts) are one batch row each, padded as the tokenizer pads, and the
-    image is repeated once per text: row i is the image and text i, which the pair logits score.  Several images
-    (:func:`_dual_images`) are each run against every text: row r is image r // texts and text r % texts
-    (:meth:`PairLayout.grid`), one text against several images its rows the images."""
+    (zero-shot: one image against candidate texts) are one batch row each, padded as the tokenizer pads: row i is
+    the image and text i, which the pair logits score.  Several images (:func:`_dual_images`) are each scored
+    against every text: row r is image r // texts and text r % texts (:meth:`PairLayout.grid`), one text against
+    several images its rows the images.  Each image and each text is fed once, the towers' batches apart (the rows
+    made after the run: runtime/dual_towers.py); a graph of a fixed batch is fed the rows, each image repeated."""
     images = b.prep.pair_images
     if b.req.texts is None and images is None:
         _encoder_text(b)
@@ -627,10 +632,9 @@ def _pair_text(b: _Build) -> None:
         b.prep.notes += [unknown] if unknown is not None else []
         encs.append(enc)
     pad = padding_for(b.model, b.src_tok)
-    rows, masks = pad_rows(encs, pad)
+    rows, masks = pad_rows(encs, pad)  # each text once: the text tower's batch (runtime/dual_towers.py)
     # every image against every text: row r is image r // texts and text r % texts
     layout = PairLayout.grid(n_images, len(texts))
-    rows, masks = [rows[j] for j in layout.row_text], [masks[j] for j in layout.row_text]
     b.prep.notes += [pad.length_note] if pad.length_note else []
     fill_text_inputs(b.model, b.feeds, rows, None, ENCODER_ROLES)
     mask_in = by_role(b.model, "mask")
@@ -644,10 +648,14 @@ def _pair_text(b: _Build) -> None:
         b.prep.notes.append(
             "the texts were padded with id 0: neither the tokenizer files nor the model name a pad token"
         )
-    b.feeds[b.prep.img_in.name] = b.feeds[b.prep.img_in.name][:n_images][layout.row_image]
+    b.feeds[b.prep.img_in.name] = b.feeds[b.prep.img_in.name][:n_images]  # each image once: the image tower's
     b.prep.pair_layout = layout
-    b.prep.batch = len(rows)
-    b.prep.src_rows = [labels(b.src_tok, r, m) for r, m in zip(rows, masks)]
+    b.prep.towers_apart = dual_towers.fed_apart(b.model)
+    if not b.prep.towers_apart:  # a graph of a fixed batch: the pairs as rows, each image repeated per text
+        b.feeds.update(dual_towers.as_rows(b.model, b.feeds, layout))
+    b.prep.batch = len(layout.row_text)
+    axes = [labels(b.src_tok, r, m) for r, m in zip(rows, masks)]
+    b.prep.src_rows = [axes[j] for j in layout.row_text]
 
 
 def _several_texts_refused(b: _Build) -> None:

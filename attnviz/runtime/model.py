@@ -453,7 +453,7 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             if feeds
             else 1
         )
-        kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
+        kept, maps, notes = self._collect_maps(exposed, got, batch, mode, self._tower_batches(feeds))
         if self.frames is not None:  # a VLM's tower alone: each row's frames' maps as one (as the whole model's)
             maps = self.frames.maps(feeds, maps)
         elif self.maps_per_image:
@@ -505,15 +505,30 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         self._fetch[mode] = (exposed, fetch)
         return list(fetch)
 
-    def _collect_maps(self, exposed, got: dict, batch: int, mode: str) -> tuple[list[gr.Site], list, list[str]]:
-        """Maps in canonical order, with the sites they belong to (:func:`attnviz.runtime.assemble.collect_maps`)."""
+    def _collect_maps(
+        self, exposed, got: dict, batch: int, mode: str, towers: dict[str, int] | None = None
+    ) -> tuple[list[gr.Site], list, list[str]]:
+        """Maps in canonical order, with the sites they belong to (:func:`attnviz.runtime.assemble.collect_maps`);
+        ``towers``: a dual encoder's batch per tower where its towers were fed apart (:meth:`_tower_batches`)."""
+        towers = towers or {}
         return asm.collect_maps(
             self.path.name,
             self._sites,
             exposed,
             got,
-            lambda s, ex, fetched: self._site_map(s, ex, fetched, batch, mode),
+            lambda s, ex, fetched: self._site_map(s, ex, fetched, towers.get(str(s.extra.get("tower")), batch), mode),
         )
+
+    def _tower_batches(self, feeds: dict) -> dict[str, int]:
+        """A dual encoder's rows per tower, ``{"image": images, "text": texts}``: its towers run apart in one
+        graph, so each image once and each text once can be fed (runtime/dual_towers.py), and a site's map is
+        shaped by its own tower's batch, not the run's first input's.  Empty for every other model (and a dual
+        encoder's rows fed as pairs have the same batch in both)."""
+        if not any(s.extra.get("tower") == "text" for s in self._sites):
+            return {}
+        roles = self.roles
+        fed = {roles.get(n): v.shape[0] for n, v in feeds.items() if isinstance(v, np.ndarray) and v.ndim >= 1}
+        return {t: int(fed[r]) for t, r in (("image", "image"), ("text", "tokens")) if r in fed}
 
     def _site_map(self, s: gr.Site, ex: dict, got: dict, batch: int, mode: str):
         return asm.site_map(self.graph, s, ex, got, batch, mode, self._epilogue_session, self._head_session)
