@@ -17,6 +17,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.notice import say
+from attnviz.core.quoted import quoted
 from attnviz.figures.spec import (
     AGGREGATES,
     FORMATS,
@@ -74,7 +75,9 @@ def _heads(text: str) -> list[int]:
     try:
         out = [int(t) for t in text.split(",") if t.strip() != ""]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"head must be a number or a comma list like 0,3,5, not {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"head must be a number or a comma list like 0,3,5, not {quoted(text)}"
+        ) from None
     if not out:
         raise argparse.ArgumentTypeError("empty head list")
     return out
@@ -84,7 +87,7 @@ def _layer_range(text: str) -> tuple[int, int]:
     try:
         lo, hi = (int(t) for t in text.split("-", 1))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"layer range must look like 2-5, not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"layer range must look like 2-5, not {quoted(text)}") from None
     return lo, hi
 
 
@@ -92,7 +95,9 @@ def _span(text: str) -> list[int]:
     try:
         lo, hi = (int(t) for t in text.split("-", 1))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"positions must look like 300-399, not {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"positions must look like 300-399 (whole numbers, counted from 0), not {quoted(text)}"
+        ) from None
     return [lo, hi]
 
 
