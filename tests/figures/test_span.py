@@ -89,7 +89,7 @@ def test_the_command_records_the_window_and_a_recipe_draws_it_again(tmp_path):
 
 
 BAD = [
-    (["--span", "40-30"], "--span [40, 30]: give positions LO-HI, 0 <= LO <= HI"),
+    (["--span", "40-30"], "--span 40-30: give positions LO-HI, 0 <= LO <= HI"),
     (["--span", "a-b"], "positions must look like 300-399"),
     (["--span", "800-900"], "--span 800-900 holds none of the map's query positions (0-699)"),
     (["--span", "1-5", "--view", "overview"], "the overview view has none to cut"),
