@@ -318,6 +318,17 @@ def main() -> None:
                                                  txt / "good.txt"], IN)  # fmt: skip
     run_case(G, "figure --recipe-out the --text-file", ["figure", TEXT, "--text-file", txt / "good.txt", "--out",
                                                         OUT / "o.pdf", "--recipe-out", txt / "good.txt"], IN)  # fmt: skip
+    for suffix in ("pdf", "npz", "png"):  # a document named as an output would be
+        (txt / f"doc.{suffix}").write_text(S + "\n")
+    run_case(G, "figure --out the --text-file doc.pdf", ["figure", TEXT, "--text-file", txt / "doc.pdf", "--out",
+                                                         txt / "doc.pdf"], IN)  # fmt: skip
+    run_case(G, "extract --out the --text-file doc.npz", ["extract", TEXT, "--text-file", txt / "doc.npz", "--out",
+                                                          txt / "doc.npz"], IN)  # fmt: skip
+    run_case(G, "compare --figure the --text-file doc.pdf", ["compare", TEXT, TEXT, "--text-file", txt / "doc.pdf",
+                                                             "--out", OUT / "cf", "--figure", txt / "doc.pdf"],
+             IN)  # fmt: skip
+    run_case(G, "open --screenshot the --text-file doc.png", ["open", TEXT, "--text-file", txt / "doc.png",
+                                                              "--screenshot", txt / "doc.png"], IN)  # fmt: skip
     run_case(G, "train --out a file", ["train", "toy-reverse", "--preset", "tiny", "--out", keep / "notes.txt"], IN)
     run_case(G, "train --out a model's folder, no --restart", ["train", "toy-reverse", "--preset", "tiny", "--out",
                                                                models, "--steps", "1"], IN)  # fmt: skip

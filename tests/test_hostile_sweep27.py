@@ -7,6 +7,8 @@ that names the input as typed and the fix, exit code 2, nothing written.
   had been typed; the line now says how a value that starts with '-' is given (``--span=VALUE``).
 * A 5,000-digit ``--span`` or a ``--heads`` of 10,000 stars was echoed whole: one "line" of several screens.
 * A recipe entry naming /dev/zero, a FIFO or a folder was "missing (looked in /dev/zero)": the wrong reason.
+* ``figure --text-file doc.pdf --out doc.pdf`` replaced the document with the figure (and ``extract``'s ``--out``,
+  ``compare --figure``, ``open --screenshot`` likewise): the --text-file is now an input no output may replace.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def ran(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("sweep27")
     os.mkfifo(root / "pipe.png")
     (root / "pics").mkdir()
+    for name in ("doc.pdf", "doc.npz", "doc.png"):  # a document named as an output would be: its bytes must stay
+        (root / name).write_text("7 2 9 5\n")
     cases = {
         "span reversed": ["figure", TEXT, "--text", "7 2 9 5", "--span", "5-2", "--out", root / "a.pdf"],
         "key-span reversed": ["figure", TEXT, "--text", "7 2 9 5", "--key-span", "3-1", "--out", root / "a.pdf"],
@@ -80,10 +84,31 @@ def ran(tmp_path_factory) -> dict:
             root / "r.png",
         ],  # fmt: skip
         "recipe image a FIFO": ["figure", "--recipe", recipe_naming(root, "fifo", "pipe.png"), "--out", root / "r.png"],
+        "figure --out the --text-file": ["figure", TEXT, "--text-file", root / "doc.pdf", "--out", root / "doc.pdf"],
+        "extract --out the --text-file": ["extract", TEXT, "--text-file", root / "doc.npz", "--out", root / "doc.npz"],
+        "compare --figure the --text-file": [
+            "compare",
+            TEXT,
+            TEXT,
+            "--text-file",
+            root / "doc.pdf",
+            "--out",
+            root / "cmp",
+            "--figure",
+            root / "doc.pdf",
+        ],  # fmt: skip
+        "open --screenshot the --text-file": [
+            "open",
+            TEXT,
+            "--text-file",
+            root / "doc.png",
+            "--screenshot",
+            root / "doc.png",
+        ],  # fmt: skip
         "recipe image a folder": ["figure", "--recipe", recipe_naming(root, "dir", "pics"), "--out", root / "r.png"],
     }
     before = listing(root)
-    results = run_cli_each(*cases.values())
+    results = run_cli_each(*cases.values(), env={"QT_QPA_PLATFORM": "offscreen"})
     return {"after": listing(root), "before": before, **dict(zip(cases, results))}
 
 
@@ -97,6 +122,10 @@ WANT = {
     "heads 10,000 stars": (("--heads 'encoder self 0:", "(10,015 characters)", "STACK KIND LAYER:HEAD"), ("*" * 100,)),
     "recipe image /dev/zero": (("inputs.image names /dev/zero", "not a regular file"), ("missing",)),
     "recipe image a FIFO": (("pipe.png, which is not a regular file",), ("missing",)),
+    "figure --out the --text-file": (("--out", "doc.pdf is the --text-file this command reads"), ()),
+    "extract --out the --text-file": (("doc.npz is the --text-file this command reads",), ()),
+    "compare --figure the --text-file": (("--figure", "doc.pdf is the --text-file this command reads"), ()),
+    "open --screenshot the --text-file": (("--screenshot", "doc.png is the --text-file this command reads"), ()),
     "recipe image a folder": (("pics, which is a folder", "point it at the image's file"), ("missing",)),
 }
 

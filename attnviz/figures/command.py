@@ -402,6 +402,8 @@ def _inputs_of(src: dict, args) -> dict:
     }
     out = {names[k]: src.get(k) for k in names}
     out["the recipe"] = args.recipe
+    # a document read by --text-file (doc.png and --out doc.png replaced it with the figure)
+    out["the --text-file"] = getattr(args, "text_file", None)
     return out
 
 
