@@ -9,6 +9,7 @@ that names the input as typed and the fix, exit code 2, nothing written.
 * A recipe entry naming /dev/zero, a FIFO or a folder was "missing (looked in /dev/zero)": the wrong reason.
 * ``figure --text-file doc.pdf --out doc.pdf`` replaced the document with the figure (and ``extract``'s ``--out``,
   ``compare --figure``, ``open --screenshot`` likewise): the --text-file is now an input no output may replace.
+* ``figure --recipe R --text-file F`` was told to "drop MODEL/--maps/--text/--image/...": the flag typed is named.
 """
 
 from __future__ import annotations
@@ -105,6 +106,15 @@ def ran(tmp_path_factory) -> dict:
             "--screenshot",
             root / "doc.png",
         ],  # fmt: skip
+        "recipe and --text-file": [
+            "figure",
+            "--recipe",
+            recipe_naming(root, "both", "x.png"),
+            "--text-file",
+            root / "doc.pdf",
+            "--out",
+            root / "r.png",
+        ],  # fmt: skip
         "recipe image a folder": ["figure", "--recipe", recipe_naming(root, "dir", "pics"), "--out", root / "r.png"],
     }
     before = listing(root)
@@ -126,6 +136,7 @@ WANT = {
     "extract --out the --text-file": (("doc.npz is the --text-file this command reads",), ()),
     "compare --figure the --text-file": (("--figure", "doc.pdf is the --text-file this command reads"), ()),
     "open --screenshot the --text-file": (("--screenshot", "doc.png is the --text-file this command reads"), ()),
+    "recipe and --text-file": (("--recipe already names the model and inputs; drop --text-file",), ("--text/",)),
     "recipe image a folder": (("pics, which is a folder", "point it at the image's file"), ("missing",)),
 }
 

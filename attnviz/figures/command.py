@@ -390,6 +390,14 @@ def _all_heads_targets(out: str, fmt: str | None, view: str, block_label: str) -
     return p, f"{view}_{block_label.replace(' ', '-')}_", fmt or "png"
 
 
+def _recipe_clashes(args) -> list[tuple[str, object]]:
+    """(flag as typed, its value) of each source or input a recipe names itself."""
+    text_flag = "--text-file" if getattr(args, "text_file", None) else "--text"
+    flags = {"model": "MODEL", "maps": "--maps", "text": text_flag, "text_pair": "--text-pair", "image": "--image",
+             "audio": "--audio", "inputs": "--inputs", "tokenizer": "--tokenizer", "generate": "--generate"}  # fmt: skip
+    return [(flag, getattr(args, k, None)) for k, flag in flags.items()]
+
+
 def _inputs_of(src: dict, args) -> dict:
     """Every file this command reads, for the rule that an output never replaces one of them."""
     names = {
@@ -461,14 +469,9 @@ def run(args) -> int:
     spec_d: dict = {}
     recipe_out_default = None
     if args.recipe:
-        if (
-            args.model
-            or args.maps
-            or any(getattr(args, k) for k in ("text", "text_pair", "image", "audio", "inputs", "tokenizer", "generate"))
-        ):
-            raise AttnvizError(
-                "--recipe already names the model and inputs; drop MODEL/--maps/--text/--image/--inputs/--tokenizer/--generate"
-            )
+        given = [flag for flag, value in _recipe_clashes(args) if value]
+        if given:  # named as typed: '--text' for a --text-file (read into args.text) sent the user looking for one
+            raise AttnvizError(f"--recipe already names the model and inputs; drop {', '.join(given)}")
         r = load_recipe(args.recipe)
         src = _sources_from_recipe(r, args)
         spec_d = dict(r["view"])
