@@ -11,6 +11,7 @@ import argparse
 import atexit
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -87,7 +88,25 @@ class OneLineParser(argparse.ArgumentParser):
     printed its whole usage block first (8–12 lines for extract or compare), with the problem on the last line."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+        hint = _dash_hint(message, _PARSING, set(self._option_string_actions))
+        self.exit(2, f"{self.prog}: error: {message}{hint}; see '{self.prog} --help'\n")
+
+
+_PARSING: list[str] = []  # the command line main() is parsing, for the parsers' error lines (_dash_hint)
+
+
+def _dash_hint(message: str, argv: list[str], options: set[str]) -> str:
+    """argparse reads a value that starts with '-' (``--span -3-5``, ``--text -x``) as the next option and says
+    only "expected one argument", which reads as if none had been typed: where one was, say how it is given."""
+    m = re.fullmatch(r"argument ([\w/-]+): expected one argument", message)
+    if m is None:
+        return ""
+    names = m.group(1).split("/")
+    after = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in names]
+    if not any(a.startswith("-") and a.split("=", 1)[0] not in options for a in after):
+        return ""  # the flag ends the line, or stands before another flag of the command: its value is missing
+    flag = max(names, key=len)  # "-o/--out": the long name
+    return f" (a value that starts with '-' is read as an option: write {flag}=VALUE)"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -164,6 +183,7 @@ def main(argv: list[str] | None = None, *, leave: bool = False) -> int:
     parser = build_parser(argv[0] if argv[0] in COMMANDS else None)
     # argparse reports a subcommand's unknown flags with the top-level usage ("COMMAND ..."), which does not say
     # what the command takes: the subcommand's own parser reports them, with its usage
+    _PARSING[:] = argv
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")

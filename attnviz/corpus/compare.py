@@ -220,6 +220,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         "the --image file": args.image,
         "the --audio file": args.audio,
         "the --tokenizer file": args.tokenizer,
+        "the --text-file": getattr(args, "text_file", None),
     }
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.notice import say
+from attnviz.core.quoted import quoted
 from attnviz.figures.spec import (
     AGGREGATES,
     FORMATS,
@@ -74,7 +75,9 @@ def _heads(text: str) -> list[int]:
     try:
         out = [int(t) for t in text.split(",") if t.strip() != ""]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"head must be a number or a comma list like 0,3,5, not {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"head must be a number or a comma list like 0,3,5, not {quoted(text)}"
+        ) from None
     if not out:
         raise argparse.ArgumentTypeError("empty head list")
     return out
@@ -84,7 +87,7 @@ def _layer_range(text: str) -> tuple[int, int]:
     try:
         lo, hi = (int(t) for t in text.split("-", 1))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"layer range must look like 2-5, not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"layer range must look like 2-5, not {quoted(text)}") from None
     return lo, hi
 
 
@@ -92,7 +95,9 @@ def _span(text: str) -> list[int]:
     try:
         lo, hi = (int(t) for t in text.split("-", 1))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"positions must look like 300-399, not {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"positions must look like 300-399 (whole numbers, counted from 0), not {quoted(text)}"
+        ) from None
     return [lo, hi]
 
 
@@ -385,6 +390,14 @@ def _all_heads_targets(out: str, fmt: str | None, view: str, block_label: str) -
     return p, f"{view}_{block_label.replace(' ', '-')}_", fmt or "png"
 
 
+def _recipe_clashes(args) -> list[tuple[str, object]]:
+    """(flag as typed, its value) of each source or input a recipe names itself."""
+    text_flag = "--text-file" if getattr(args, "text_file", None) else "--text"
+    flags = {"model": "MODEL", "maps": "--maps", "text": text_flag, "text_pair": "--text-pair", "image": "--image",
+             "audio": "--audio", "inputs": "--inputs", "tokenizer": "--tokenizer", "generate": "--generate"}  # fmt: skip
+    return [(flag, getattr(args, k, None)) for k, flag in flags.items()]
+
+
 def _inputs_of(src: dict, args) -> dict:
     """Every file this command reads, for the rule that an output never replaces one of them."""
     names = {
@@ -397,6 +410,8 @@ def _inputs_of(src: dict, args) -> dict:
     }
     out = {names[k]: src.get(k) for k in names}
     out["the recipe"] = args.recipe
+    # a document read by --text-file (doc.png and --out doc.png replaced it with the figure)
+    out["the --text-file"] = getattr(args, "text_file", None)
     return out
 
 
@@ -454,14 +469,9 @@ def run(args) -> int:
     spec_d: dict = {}
     recipe_out_default = None
     if args.recipe:
-        if (
-            args.model
-            or args.maps
-            or any(getattr(args, k) for k in ("text", "text_pair", "image", "audio", "inputs", "tokenizer", "generate"))
-        ):
-            raise AttnvizError(
-                "--recipe already names the model and inputs; drop MODEL/--maps/--text/--image/--inputs/--tokenizer/--generate"
-            )
+        given = [flag for flag, value in _recipe_clashes(args) if value]
+        if given:  # named as typed: '--text' for a --text-file (read into args.text) sent the user looking for one
+            raise AttnvizError(f"--recipe already names the model and inputs; drop {', '.join(given)}")
         r = load_recipe(args.recipe)
         src = _sources_from_recipe(r, args)
         spec_d = dict(r["view"])

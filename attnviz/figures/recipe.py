@@ -200,6 +200,11 @@ def _resolve(entry: dict | None, base: Path, what: str, check: bool, where: str 
         cands.append(Path(entry["abs_path"]))
     # a model may be an export folder (optimum's encoder + decoder files, a Hub repository): file_sha256 hashes those
     found = next((c for c in cands if c.is_file() or (what == "model file" and c.is_dir())), None)
+    odd = next((c for c in cands if c.exists()), None) if found is None else None
+    if odd is not None:
+        # a folder, a device or a pipe (/dev/zero, a FIFO) is there: "missing" was the wrong reason (none is read)
+        kind = "a folder" if odd.is_dir() else "not a regular file (a pipe, socket or device)"
+        raise AttnvizError(f"{where} names {odd}, which is {kind}; point it at the {what}'s file or edit the recipe")
     if found is None:
         raise AttnvizError(
             f"the recipe's {what} {entry['path']} is missing (looked in {', '.join(str(c) for c in cands)}); "

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
+from attnviz.core.json_types import shown
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, MAP_CMAP, OVERLAY_CMAP, SCALES, FramesKey
 from attnviz.core.view_names import FIGURE_VIEWS
 
@@ -102,7 +103,10 @@ def check_span(flag: str, span) -> None:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise AttnvizError(f"{flag} {span!r}: give positions LO-HI, 0 <= LO <= HI (e.g. {flag} 300-399)", param="span")
+        # said as typed (5-2), not as the list it was parsed into ([5, 2]); a recipe's odd value as its file spells it
+        typed = f"{span[0]}-{span[1]}" if isinstance(span, (list, tuple)) and len(span) == 2 and all(
+            isinstance(v, int) for v in span) else shown(span)  # fmt: skip
+        raise AttnvizError(f"{flag} {typed}: give positions LO-HI, 0 <= LO <= HI (e.g. {flag} 300-399)", param="span")
 
 
 def check_style(st) -> None:

@@ -318,6 +318,7 @@ def run(args) -> int:
             "the --image file": args.image,
             "the --audio file": args.audio,
             "the --tokenizer file": args.tokenizer,
+            "the --text-file": getattr(args, "text_file", None),
         }
         guard(opened, {"--screenshot": shot})
     # the input flags' values get the check the window's input panel and `extract` get (one wording)

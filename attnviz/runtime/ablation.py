@@ -20,6 +20,7 @@ from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import SiteInfo, shown_label, site_stack
 from attnviz.core.compare import is_logits, log_softmax, output_difference
+from attnviz.core.quoted import quoted
 from attnviz.core.setting_words import fix
 from attnviz.runtime import builders as bd
 from attnviz.runtime import generate as gen
@@ -47,14 +48,14 @@ def parse_heads(spec: str, sites: list[SiteInfo], vision_tower: bool = False) ->
         m = HEAD_RE.match(part) or LAYER_RE.match(part)
         if m is None:
             raise AttnvizError(
-                f"--heads {part.strip()!r}: write each head as 'STACK KIND LAYER:HEAD', e.g. 'encoder self 2:5' "
+                f"--heads {quoted(part.strip())}: write each head as 'STACK KIND LAYER:HEAD', e.g. 'encoder self 2:5' "
                 "(a layer's every head: 'encoder self 2:*')"
             )
         stack, kind, layer = site_stack(m.group(1), vision_tower), m.group(2), int(m.group(3))
         i = index.get((stack, kind, layer))
         if i is None:
             raise AttnvizError(
-                f"--heads {part.strip()!r}: the model has no site {m.group(1)} {kind} L{layer}; its sites: {names}"
+                f"--heads {quoted(part.strip())}: the model has no site {m.group(1)} {kind} L{layer}; its sites: {names}"
             )
         n = sites[i].heads
         if m.re is LAYER_RE and not n:

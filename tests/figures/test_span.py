@@ -44,6 +44,23 @@ def test_a_window_of_a_self_attention_map_is_its_cells_and_every_label():
     assert "positions 120–183" in fig.axes[0].get_title()
 
 
+def test_a_window_past_the_end_is_titled_with_the_positions_drawn():
+    """``--span 680-99999`` of a 700-token map draws positions 680-699 and says so (hostile_sweep27: the title
+    claimed 'positions 680–99999'); a key window past the end likewise."""
+    r = _long_result()
+    m = r.maps[0].head(0, 1)
+    fig = render_spec(r, FigureSpec(view="heatmap", layer=0, head=1, span=[680, 99999]))
+    cells, rows, _ = _drawn(fig)
+    np.testing.assert_array_equal(cells, m[680:, 680:])
+    assert len(rows) == N - 680
+    title = fig.axes[0].get_title()
+    assert f"positions 680–{N - 1}" in title and "99999" not in title
+    fig = render_spec(r, FigureSpec(view="heatmap", layer=0, head=1, span=[0, 9], key_span=[690, 10**6]))
+    np.testing.assert_array_equal(_drawn(fig)[0], m[:10, 690:])
+    title = fig.axes[0].get_title()
+    assert f"690–{N - 1}" in title and str(10**6) not in title
+
+
 def test_the_window_is_of_positions_with_special_tokens_hidden():
     r = _long_result()
     m = r.maps[0].head(0, 0).astype(np.float64)
@@ -89,7 +106,7 @@ def test_the_command_records_the_window_and_a_recipe_draws_it_again(tmp_path):
 
 
 BAD = [
-    (["--span", "40-30"], "--span [40, 30]: give positions LO-HI, 0 <= LO <= HI"),
+    (["--span", "40-30"], "--span 40-30: give positions LO-HI, 0 <= LO <= HI"),
     (["--span", "a-b"], "positions must look like 300-399"),
     (["--span", "800-900"], "--span 800-900 holds none of the map's query positions (0-699)"),
     (["--span", "1-5", "--view", "overview"], "the overview view has none to cut"),

@@ -28,6 +28,12 @@ def _kept(pos: np.ndarray, span: tuple[int, int], what: str, flag: str) -> np.nd
     return keep
 
 
+def _within(span: tuple[int, int], pos: np.ndarray) -> tuple[int, int]:
+    """The window as the title says it: its end cut to the map's last position (``--span 2-99999`` of a 4-token map
+    was titled 'positions 2–99999', a claim about positions the figure does not have)."""
+    return span[0], min(int(span[1]), int(np.max(pos)))
+
+
 def span_map(mv: MapView, rows: tuple[int, int] | None, keys: tuple[int, int] | None = None) -> MapView:
     """``mv`` cut to query positions ``rows`` and key positions ``keys`` (inclusive; None: all, except a
     self-attention map's keys, which take ``rows``), its title saying which."""
@@ -42,9 +48,11 @@ def span_map(mv: MapView, rows: tuple[int, int] | None, keys: tuple[int, int] | 
         k = np.ones(len(mv.k_pos), bool)
     said = []
     if rows is not None:
-        said.append(f"positions {rows[0]}–{rows[1]}" if keys == rows else f"{mv.y_title} {rows[0]}–{rows[1]}")
+        lo, hi = _within(rows, mv.q_pos)
+        said.append(f"positions {lo}–{hi}" if keys == rows else f"{mv.y_title} {lo}–{hi}")
     if keys is not None and keys != rows:
-        said.append(f"{mv.x_title} {keys[0]}–{keys[1]}")
+        lo, hi = _within(keys, mv.k_pos)
+        said.append(f"{mv.x_title} {lo}–{hi}")
     qi, ki = np.nonzero(q)[0], np.nonzero(k)[0]
     return replace(
         mv,

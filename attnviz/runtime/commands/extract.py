@@ -36,6 +36,7 @@ def run(args) -> int:
             "the --inputs file": args.inputs,
             "the --image file": args.image,
             "the --tokenizer file": args.tokenizer,
+            "the --text-file": getattr(args, "text_file", None),
         },
         {"--out": out},
     )
