@@ -91,3 +91,16 @@ def test_export_view_of_a_pair_regenerates(qtbot, opened, tmp_path):
     again = tmp_path / "again.png"
     assert main(["figure", "--recipe", str(recipe), "--out", str(again)]) == 0
     assert again.read_bytes() == out.read_bytes()
+
+
+def test_run_section_counts_each_texts_tokens_once(opened, tmp_path):
+    """Every image against every text: the text tower's tokens are counted once a text (the tokenizer's count of
+    each), not once a pair (which listed each text's count twice and named the rows "pair 0..3")."""
+    from transformers import AutoTokenizer
+
+    w, _, _ = opened
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    want = [f"text {j}: {len(tok(t)['input_ids'])} in the text tower" for j, t in enumerate(TEXTS)]
+    assert len(set(want)) == 2  # the texts count differently, so each is listed
+    assert w.sidebar.values("Run")["text tokens"].splitlines() == want
+    assert "pair" not in w.sidebar.values("Run")["image tokens"]
