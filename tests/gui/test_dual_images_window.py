@@ -104,3 +104,26 @@ def test_run_section_counts_each_texts_tokens_once(opened, tmp_path):
     assert len(set(want)) == 2  # the texts count differently, so each is listed
     assert w.sidebar.values("Run")["text tokens"].splitlines() == want
     assert "pair" not in w.sidebar.values("Run")["image tokens"]
+
+
+def test_the_pair_box_names_its_image_and_text(qtbot, opened):
+    """The pair box said a bare row number ("3"): it names the row's image and text as the Run section's score
+    lines do (``3  image 1 × text 1``, from the scores' own per-row images and texts), and a typed number still
+    picks the row."""
+    from PySide6.QtCore import Qt
+
+    from attnviz.core.text_scores import TextScores
+
+    w, _, _ = opened
+    scores = TextScores.from_info(w.session.result.info)
+    assert scores is not None
+    box = w.controls.batch
+    for row in range(len(scores.scores)):
+        box.setValue(row)
+        i, j = scores.image_names.index(scores.images[row]), scores.text_names.index(scores.texts[row])
+        assert box.text() == f"{row}  image {i} × text {j}" and w.session.sel.batch == row
+        assert box.lineEdit().text() == box.text()
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box.lineEdit(), "2")
+    qtbot.keyClick(box.lineEdit(), Qt.Key_Return)
+    assert w.session.sel.batch == 2 and box.text() == "2  image 1 × text 0"

@@ -14,11 +14,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.rows import row_noun
+from attnviz.core.rows import row_noun, scored_rows
+from attnviz.core.text_scores import TextScores
 from attnviz.core.view import SCALES, n_steps
 from attnviz.core.view.palette import LOG_DECADES
 from attnviz.gui.selection import MODE_TITLES, MODES
 from attnviz.gui.widgets.elided_combo import ElidedCombo
+from attnviz.gui.widgets.row_box import RowSpinBox
 
 ROW_TIP = "which row of a padded batch to show (each row keeps its own tokens)"
 SCALE_TIP = (
@@ -50,7 +52,7 @@ class Controls(QWidget):
     def __init__(self, session, parent=None):
         super().__init__(parent)
         self.session = session
-        self.batch = QSpinBox()
+        self.batch = RowSpinBox()  # a dual encoder's rows named (image 1 × text 0)
         self.batch.setToolTip(ROW_TIP)
         self.block = ElidedCombo()  # a VLM's block names are long
         self.layer = QSpinBox()
@@ -139,6 +141,7 @@ class Controls(QWidget):
             noun = row_noun(self.session.result)  # a beam search's rows are its hypotheses, best first
             self.labels["batch row"].setText(noun)
             self.batch.setToolTip(ROW_TIPS.get(noun, ROW_TIP))
+            self.batch.set_names(_row_names(self.session.result))
             g = n_steps(self.session.result, self.session.sel.batch)
             self.step.setRange(0, max(0, g))
             self.step.setValue(g)
@@ -196,3 +199,9 @@ class Controls(QWidget):
             self.step_label.setText(f"step {g if sel.step < 0 else min(sel.step + 1, g)}/{g}" if g else "step –")
         finally:
             self._syncing = False
+
+
+def _row_names(result) -> list[str]:
+    """What each batch row holds where the rows are a dual encoder's scored pairs (else none: a bare number)."""
+    scores = TextScores.from_info(result.info) if result is not None and scored_rows(result) else None
+    return [scores.row_short(r) for r in range(len(scores.scores))] if scores is not None else []
