@@ -30,14 +30,14 @@ SCALE_TIP = (
 )
 LOG_TIP = f"colours on a log scale, {LOG_DECADES} decades below the top weight (weak weights become visible)"
 BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
-# a dual encoder's candidate texts: one image repeated once per text, so only the text tower's maps change
+# a dual encoder's candidate texts: one image against them, so only the text tower's maps change
 TEXT_TIP = (
     "which candidate text to show (each text's score is in the Run section): the text tower's maps are that "
-    "text's; the image tower's maps are the same for every text (one image, run once per text)"
+    "text's; the image tower's maps are the same for every text (the one image's)"
 )
 IMAGE_TIP = (
     "which image to show (each image's score against the text is in the Run section): the image tower's maps and "
-    "the picture are that image's; the text tower's maps are the same for every image (one text, run once per image)"
+    "the picture are that image's; the text tower's maps are the same for every image (the one text's)"
 )
 PAIR_TIP = (
     "which image × text pair to show (row r: image r ÷ texts, text r mod texts; the score table is in the Run "
