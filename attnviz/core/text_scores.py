@@ -93,6 +93,15 @@ RULES = {
 }
 
 
+def _cut_middle(name: str, chars: int) -> str:
+    """A file name cut to ``chars`` in its middle: its start and its end (the extension, a version suffix) are what
+    tell files apart; one title line cannot wrap inside a name, and a long one ran off both edges of a figure."""
+    if len(name) <= chars:
+        return name
+    tail = (chars - 1) // 2
+    return name[: chars - 1 - tail] + "…" + name[len(name) - tail :]
+
+
 def _names(per_row: list[str]) -> list[str]:
     """The distinct values of a per-row list, in first-seen order (the run's images, or its texts)."""
     return list(dict.fromkeys(per_row))
@@ -178,13 +187,26 @@ class TextScores:
             return f"image {i} ({self.images[row]})"
         return f"image {i} ({self.images[row]}) × text {self.text_names.index(self.texts[row])} ({self.texts[row]!r})"
 
+    def row_short(self, row: int, chars: int = 24) -> str:
+        """Batch row ``row`` in a few words, for the window's row box: ``image 1 × text 0``, ``“a photo of a cat”``
+        (one image's texts: the text, cut to ``chars``), ``cat.png`` (one text's images)."""
+        kind = self.kind
+        if kind == "text":
+            t = self.texts[row]
+            return f"“{t if len(t) <= chars else t[: chars - 1].rstrip() + '…'}”"
+        assert self.images is not None
+        if kind == "image":
+            return _cut_middle(self.images[row], chars)
+        i, j = self.image_names.index(self.images[row]), self.text_names.index(self.texts[row])
+        return f"image {i} × text {j}"
+
     def title_parts(self, row: int, chars: int = TITLE_CHARS) -> list[str]:
         """Batch row ``row`` for a figure's title, in parts it may wrap between: ``image 1 cat.png``, ``text 0 “a
-        cat”`` (a long text cut to ``chars``), ``score 0.873``."""
+        cat”`` (a long text cut to ``chars`` at its end, a long image name in its middle), ``score 0.873``."""
         parts = []
         if self.kind != "text":
             assert self.images is not None
-            parts.append(f"image {self.image_names.index(self.images[row])} {self.images[row]}")
+            parts.append(f"image {self.image_names.index(self.images[row])} {_cut_middle(self.images[row], chars)}")
         if self.kind != "image":
             t = self.texts[row]
             t = t if len(t) <= chars else t[: chars - 1].rstrip() + "…"

@@ -11,7 +11,8 @@ whose counts differ, are counted one by one (``row 0: 17 · row 1: 12``).
 from __future__ import annotations
 
 from attnviz.core.attention import AttentionResult, PatchGrid, TokenAxis
-from attnviz.core.rows import pick_row, row_noun
+from attnviz.core.rows import pick_row, row_noun, scored_rows
+from attnviz.core.text_scores import TextScores
 
 MAX_ROWS = 8  # rows counted one by one; a larger batch says so after them
 
@@ -55,6 +56,8 @@ def token_lines(result: AttentionResult) -> list[tuple[str, list[str]]]:
     (``["row 0: 17", "row 1: 12"]``), so the sidebar can show each row on a line of its own."""
     if result.batch_size <= 1:
         return [(name, [value]) for name, value in _one_row(result)]
+    if scored_rows(result):
+        return _dual_lines(result)
     per = [_one_row(pick_row(result, b)) for b in range(min(result.batch_size, MAX_ROWS))]
     # a beam search's rows and a dual encoder's candidate texts, as the row box names them
     noun = {"beam": "beam", "text": "text", "image": "image", "pair": "pair"}.get(row_noun(result), "row")
@@ -65,6 +68,30 @@ def token_lines(result: AttentionResult) -> list[tuple[str, list[str]]]:
         same = all(v == value for v in values)
         rows.append((name, [value] if same else [f"{noun} {b}: {v}" for b, v in enumerate(values)] + more))
     return rows
+
+
+def _dual_lines(result: AttentionResult) -> list[tuple[str, list[str]]]:
+    """A dual encoder's rows are pairs of an image and a text: its text tokens are counted once a text (``text 1:
+    11 in the text tower``) and its image tokens once an image, not once a row (3 images x 3 texts listed each
+    text's count three times as "pair 0..7", the ninth cut off)."""
+    scores = TextScores.from_info(result.info)
+    assert scores is not None  # scored_rows
+    # each line's rows: the first row of each distinct text (image); one image's texts have no per-row images
+    names = {"text tokens": ("text", scores.texts), "image tokens": ("image", scores.images or [""])}
+    out = []
+    for i, (name, value) in enumerate(_one_row(pick_row(result, 0))):
+        noun, per_row = names.get(name, ("row", [str(b) for b in range(result.batch_size)]))
+        rows = [per_row.index(v) for v in dict.fromkeys(per_row)]
+        values = [value if b == 0 else _value(pick_row(result, b), i) for b in rows[:MAX_ROWS]]
+        more = [f"… ({len(rows)} {noun}s)"] if len(rows) > MAX_ROWS else []
+        same = all(v == value for v in values) and not more
+        out.append((name, [value] if same else [f"{noun} {k}: {v}" for k, v in enumerate(values)] + more))
+    return out
+
+
+def _value(result: AttentionResult, i: int) -> str:
+    row = _one_row(result)
+    return row[i][1] if i < len(row) else ""
 
 
 def token_rows(result: AttentionResult) -> list[tuple[str, str]]:

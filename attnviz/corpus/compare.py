@@ -297,11 +297,13 @@ def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: P
     if not moved:
         print("no head changed: every compared head's weights are the same in A and B (|Δ| 0)")
     else:
+        # 4 significant digits, as the window's status line: an int8 copy's JS of ~1e-6 bits read "JS 0.0000" on
+        # every line at four decimals, as if nothing had moved, ranked by digits not shown
         print("most changed (JS divergence, bits; largest |Δ|; top-1 agreement):")
     for r in first[:top]:
         print(
-            f"  {r['stack']} {r['kind']} {r['layer']}:{r['head']}  JS {r['js_divergence']:.4f}  "
-            f"|Δ| {r['max_abs_diff']:.4f}  top-1 {r['top1_agreement']:.0%}"
+            f"  {r['stack']} {r['kind']} {r['layer']}:{r['head']}  JS {r['js_divergence']:.4g}  "
+            f"|Δ| {r['max_abs_diff']:.4g}  top-1 {r['top1_agreement']:.0%}"
         )
     for o in outputs:
         kl = f", KL(A‖B) {o['kl_bits']:.4g} bits" if o["kl_bits"] is not None else ""

@@ -131,3 +131,27 @@ def test_different_tokenizations_and_bad_out_are_one_line(tmp_path, capsys):
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "is a file" in err
     rc, _, err = _run(["compare", str(a), str(a), "--out", str(tmp_path / "d")], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "d").exists()
+
+
+def test_most_changed_lines_give_an_int8_copys_small_divergences_in_significant_digits(tmp_path, capsys):
+    """The sequence-classification demo against its int8 copy: every head's JS is ~1e-6 bits, and "JS 0.0000" on
+    every listed line (four decimals) said nothing moved and ranked heads by digits not shown; each line gives its
+    head's JS and |Δ| to 4 significant digits, as heads.parquet holds them (and as the window's status line)."""
+    from pathlib import Path
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    demo = Path(__file__).resolve().parents[2] / "models" / "sequence-classification.onnx"
+    if not demo.exists():
+        pytest.skip("no bundled demo in this checkout")
+    q = tmp_path / "int8.onnx"
+    quantize_dynamic(str(demo), str(q), weight_type=QuantType.QInt8)
+    argv = ["compare", str(demo), str(q), "--text", "7 2 9 5 1 8 6 3", "--out", str(tmp_path / "c")]
+    rc, out, err = _run(argv, capsys)
+    assert rc == 0, err
+    rows = {f"{r['stack']} {r['kind']} {r['layer']}:{r['head']}": r for r in _heads(tmp_path / "c")}
+    listed = [line.strip() for line in out.splitlines() if line.startswith("  encoder self ")]
+    assert listed and all(0 < rows[" ".join(s.split()[:3])]["js_divergence"] < 5e-4 for s in listed)
+    for line in listed:
+        r = rows[" ".join(line.split()[:3])]
+        assert f"JS {r['js_divergence']:.4g}  |Δ| {r['max_abs_diff']:.4g}  " in line, line

@@ -91,3 +91,39 @@ def test_export_view_of_a_pair_regenerates(qtbot, opened, tmp_path):
     again = tmp_path / "again.png"
     assert main(["figure", "--recipe", str(recipe), "--out", str(again)]) == 0
     assert again.read_bytes() == out.read_bytes()
+
+
+def test_run_section_counts_each_texts_tokens_once(opened, tmp_path):
+    """Every image against every text: the text tower's tokens are counted once a text (the tokenizer's count of
+    each), not once a pair (which listed each text's count twice and named the rows "pair 0..3")."""
+    from transformers import AutoTokenizer
+
+    w, _, _ = opened
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    want = [f"text {j}: {len(tok(t)['input_ids'])} in the text tower" for j, t in enumerate(TEXTS)]
+    assert len(set(want)) == 2  # the texts count differently, so each is listed
+    assert w.sidebar.values("Run")["text tokens"].splitlines() == want
+    assert "pair" not in w.sidebar.values("Run")["image tokens"]
+
+
+def test_the_pair_box_names_its_image_and_text(qtbot, opened):
+    """The pair box said a bare row number ("3"): it names the row's image and text as the Run section's score
+    lines do (``3  image 1 × text 1``, from the scores' own per-row images and texts), and a typed number still
+    picks the row."""
+    from PySide6.QtCore import Qt
+
+    from attnviz.core.text_scores import TextScores
+
+    w, _, _ = opened
+    scores = TextScores.from_info(w.session.result.info)
+    assert scores is not None
+    box = w.controls.batch
+    for row in range(len(scores.scores)):
+        box.setValue(row)
+        i, j = scores.image_names.index(scores.images[row]), scores.text_names.index(scores.texts[row])
+        assert box.text() == f"{row}  image {i} × text {j}" and w.session.sel.batch == row
+        assert box.lineEdit().text() == box.text()
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box.lineEdit(), "2")
+    qtbot.keyClick(box.lineEdit(), Qt.Key_Return)
+    assert w.session.sel.batch == 2 and box.text() == "2  image 1 × text 0"

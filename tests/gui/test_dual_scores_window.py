@@ -52,6 +52,12 @@ def test_siglip_scores_each_candidate_text(qtbot, real_window, tmp_path):
     assert [t for t, p in zip(axis.labels, axis.pad or [False] * len(axis)) if not p] == TEXTS[1].split()
     np.testing.assert_array_equal(w.session.blocks[0].head(0, 0), image_map)
     assert "◀ shown" in w.sidebar.values("Run")["scores"].splitlines()[1]
+    # the image ran once (its rows are one row of the map held: runtime/dual_towers.py), so nothing says it ran
+    # once per text, as the Run section and the text box's tooltip did
+    held = r.maps[0]
+    assert held.held.shape[0] == 1 and held.rows == [0] * len(TEXTS)
+    said = w.sidebar.values("Run")["image tower"] + ctl.batch.toolTip()
+    assert "per text" not in said and "same for every text" in w.sidebar.values("Run")["image tower"]
 
 
 def test_one_text_is_one_row(qtbot, real_window, tmp_path):

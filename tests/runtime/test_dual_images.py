@@ -171,3 +171,32 @@ def test_figure_draws_the_chosen_text_and_its_recipe_draws_it_again(tmp_path, ca
     # no --batch-index: row 0, said
     assert main([*argv, "--view", "heatmap", "--out", str(tmp_path / "h.png")]) == 0
     assert f"drawing text 0 ({TEXTS[0]!r}), score {scores.scores[0]:.3f}" in capsys.readouterr().err
+
+
+def test_a_long_image_name_stays_inside_the_figure_title(tmp_path, images):
+    """A pair's figure names its image in the title: a long file name is cut in its middle (its start and its
+    extension kept, as a long text is cut at its end) so every line of the title lies inside the figure (a
+    79-character name ran off both edges at the default width, "image 1" itself cut away)."""
+    import shutil
+
+    from matplotlib.text import Text
+
+    from attnviz.core import view as vm
+    from attnviz.figures.spec import FigureStyle
+    from attnviz.figures.views import draw_heatmap
+    from attnviz.runtime import open_model
+
+    paths, _ = images
+    long = tmp_path / "a_very_long_photograph_name_from_the_holiday_in_the_mountains_2024_final_v2.png"
+    shutil.copy(paths[1], long)
+    res = open_model(_folder(tmp_path, "clip"), provider="cpu").analyze(image=[str(paths[0]), str(long)], text=TEXTS)
+    row = pick_row(res, len(TEXTS))  # image 1 × text 0
+    fig = draw_heatmap(row, vm.Selection(block=0), FigureStyle())
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.findobj(Text) if t.get_text() and t.get_visible()]
+    title = next(t.get_text() for t in texts if "clip" in t.get_text() and "score" in t.get_text())
+    assert "image 1 a_very_long" in title and "final_v2.png" in title
+    for t in texts:
+        box = t.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, f"{t.get_text()!r} runs past the figure's edge"

@@ -14,11 +14,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.rows import row_noun
+from attnviz.core.rows import row_noun, scored_rows
+from attnviz.core.text_scores import TextScores
 from attnviz.core.view import SCALES, n_steps
 from attnviz.core.view.palette import LOG_DECADES
 from attnviz.gui.selection import MODE_TITLES, MODES
 from attnviz.gui.widgets.elided_combo import ElidedCombo
+from attnviz.gui.widgets.row_box import RowSpinBox
 
 ROW_TIP = "which row of a padded batch to show (each row keeps its own tokens)"
 SCALE_TIP = (
@@ -28,14 +30,14 @@ SCALE_TIP = (
 )
 LOG_TIP = f"colours on a log scale, {LOG_DECADES} decades below the top weight (weak weights become visible)"
 BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
-# a dual encoder's candidate texts: one image repeated once per text, so only the text tower's maps change
+# a dual encoder's candidate texts: one image against them, so only the text tower's maps change
 TEXT_TIP = (
     "which candidate text to show (each text's score is in the Run section): the text tower's maps are that "
-    "text's; the image tower's maps are the same for every text (one image, run once per text)"
+    "text's; the image tower's maps are the same for every text (the one image's)"
 )
 IMAGE_TIP = (
     "which image to show (each image's score against the text is in the Run section): the image tower's maps and "
-    "the picture are that image's; the text tower's maps are the same for every image (one text, run once per image)"
+    "the picture are that image's; the text tower's maps are the same for every image (the one text's)"
 )
 PAIR_TIP = (
     "which image × text pair to show (row r: image r ÷ texts, text r mod texts; the score table is in the Run "
@@ -50,7 +52,7 @@ class Controls(QWidget):
     def __init__(self, session, parent=None):
         super().__init__(parent)
         self.session = session
-        self.batch = QSpinBox()
+        self.batch = RowSpinBox()  # a dual encoder's rows named (image 1 × text 0)
         self.batch.setToolTip(ROW_TIP)
         self.block = ElidedCombo()  # a VLM's block names are long
         self.layer = QSpinBox()
@@ -139,6 +141,7 @@ class Controls(QWidget):
             noun = row_noun(self.session.result)  # a beam search's rows are its hypotheses, best first
             self.labels["batch row"].setText(noun)
             self.batch.setToolTip(ROW_TIPS.get(noun, ROW_TIP))
+            self.batch.set_names(_row_names(self.session.result))
             g = n_steps(self.session.result, self.session.sel.batch)
             self.step.setRange(0, max(0, g))
             self.step.setValue(g)
@@ -196,3 +199,9 @@ class Controls(QWidget):
             self.step_label.setText(f"step {g if sel.step < 0 else min(sel.step + 1, g)}/{g}" if g else "step –")
         finally:
             self._syncing = False
+
+
+def _row_names(result) -> list[str]:
+    """What each batch row holds where the rows are a dual encoder's scored pairs (else none: a bare number)."""
+    scores = TextScores.from_info(result.info) if result is not None and scored_rows(result) else None
+    return [scores.row_short(r) for r in range(len(scores.scores))] if scores is not None else []

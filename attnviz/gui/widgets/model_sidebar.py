@@ -63,9 +63,10 @@ def _score_rows(info: dict, shown: int) -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = [(SCORES, scores.lines(shown, table=False)), ("scored by", scores.words)]
     kind = scores.kind
     if kind == "text" and isinstance(info.get("texts"), list) and len(scores.texts) > 1:
-        rows.append(("image tower", "one image, run once per text: its maps are the same for every text"))
+        # (not "run once per text": the towers run apart, each image and text once: runtime/dual_towers.py)
+        rows.append(("image tower", "one image: its maps are the same for every text"))
     elif kind == "image":
-        rows.append(("text tower", "one text, run once per image: its maps are the same for every image"))
+        rows.append(("text tower", "one text: its maps are the same for every image"))
     elif kind == "pair":
         rows.append(("rows", "every image against every text: row r is image r ÷ texts, text r mod texts"))
     return rows
