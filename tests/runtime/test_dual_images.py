@@ -27,19 +27,22 @@ from attnviz.core.text_scores import TextScores  # noqa: E402
 TEXTS = ["the cat sat on mat", "a dog ran", "blue"]
 
 
-@pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    """Three random 32×32 RGB PNGs (the towers' image size) and their pixel values as the 0.5 preset makes them."""
+def random_images(folder, n: int, seed: int, stem: str = "img"):
+    """``n`` random 32×32 RGB PNGs (the towers' image size) and their pixel values as the 0.5 preset makes them."""
     from PIL import Image
 
-    folder = tmp_path_factory.mktemp("imgs")
     paths, values = [], []
-    for k in range(3):
-        px = np.random.default_rng(10 + k).integers(0, 256, (32, 32, 3), dtype=np.uint8)
-        paths.append(folder / f"img{k}.png")
+    for k in range(n):
+        px = np.random.default_rng(seed + k).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+        paths.append(folder / f"{stem}{k}.png")
         Image.fromarray(px).save(paths[-1])
         values.append(((px.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1))
     return paths, torch.from_numpy(np.stack(values))
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    return random_images(tmp_path_factory.mktemp("imgs"), 3, 10)
 
 
 def _reference(arch, texts, px):

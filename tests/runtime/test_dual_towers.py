@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import hf_models  # noqa: E402
+from test_dual_images import _reference, random_images  # noqa: E402
 from test_dual_scores import ATOL, _folder  # noqa: E402
 
 from attnviz import AttnvizError  # noqa: E402
@@ -29,24 +30,8 @@ TEXTS = ["the cat sat on mat", "a dog ran", "blue"]
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    """Two random 32×32 RGB PNGs (the towers' image size) and their pixel values as the 0.5 preset makes them."""
-    from PIL import Image
-
-    folder = tmp_path_factory.mktemp("imgs")
-    paths, values = [], []
-    for k in range(2):
-        px = np.random.default_rng(20 + k).integers(0, 256, (32, 32, 3), dtype=np.uint8)
-        paths.append(folder / f"im{k}.png")
-        Image.fromarray(px).save(paths[-1])
-        values.append(((px.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1))
-    return [str(p) for p in paths], torch.from_numpy(np.stack(values))
-
-
-def _reference(arch, texts, px):
-    m = hf_models.build_dual(arch)
-    enc = hf_models.word_tokenizer(99, bert_style=False)(texts, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        return m(**enc, pixel_values=px, output_attentions=True)
+    paths, px = random_images(tmp_path_factory.mktemp("imgs"), 2, 20, "im")
+    return [str(p) for p in paths], px
 
 
 @pytest.fixture
