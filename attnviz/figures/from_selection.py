@@ -83,7 +83,7 @@ def spec_of(result: AttentionResult, view: str, sel: vm.Selection, style: Figure
         width_in=style.width_in,
         dpi=int(style.dpi),
         title=style.title,
-        vmax=style.vmax,
+        vmax=sel.vmax,
         font_size=float(style.font_size),
         # a zoomed-in Head map's window (the window's export draws what it shows, as --span / --key-span do)
         span=list(style.span) if style.span is not None else None,

@@ -392,6 +392,7 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
         image_from=spec.image_from or view.DEFAULT_IMAGE_FROM,
         frame=int(spec.frame or 1) - 1,
         link_cut=spec.link_cut or view.RECIPE_LINK_CUT,  # unset in a recipe written before the choice: the map's top
+        vmax=view.check_vmax(spec.vmax),  # the colour scale's top set by hand: the view model holds it
     )
     if spec.frame is not None:  # a frame the block does not have (or not a tower's frames): one line naming them
         view.check_frame(result, base)

@@ -13,7 +13,16 @@ from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
 from attnviz.core.json_types import shown
-from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, MAP_CMAP, OVERLAY_CMAP, SCALES, FramesKey
+from attnviz.core.view import (
+    IMAGE_BASES,
+    IMAGE_FROM,
+    LINK_CUTS,
+    MAP_CMAP,
+    OVERLAY_CMAP,
+    SCALES,
+    FramesKey,
+    check_vmax,
+)
 from attnviz.core.view_names import FIGURE_VIEWS
 
 # figure view (core.view_names) -> one-line description (the renderer's registry in views.py has the same keys)
@@ -49,7 +58,8 @@ class FigureStyle:
     width_in: float | None = None  # explicit width in inches (wins over `width`)
     dpi: int = 300  # raster resolution (PNG size = width_in * dpi)
     title: str | None = None  # None: automatic (model and the view model's title); "": no title
-    vmax: float | None = None  # top of the colour scale; None: the largest weight shown
+    # (the colour scale's top set by hand is not a style: it is what the figure shows, Selection.vmax, which the
+    # window's box sets too; FigureSpec.vmax is its command-line and recipe form)
     font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
     # heatmap / alignment: only query positions span[0]..span[1] (inclusive; a self-attention map's keys too) and
     # key positions key_span[0]..key_span[1]; None: all (core/view/span.py)
@@ -119,8 +129,6 @@ def check_style(st) -> None:
         raise AttnvizError(f"dpi {st.dpi} is out of range; use 10..2400")
     if not (3 <= float(st.font_size) <= 30):
         raise AttnvizError(f"font size {st.font_size} is out of range; use 3..30 pt")
-    if st.vmax is not None and not float(st.vmax) > 0:
-        raise AttnvizError(f"vmax {st.vmax} must be > 0")
     for flag, span in (("--span", st.span), ("--key-span", st.key_span)):
         check_span(flag, span)
     if st.title is not None and len(st.title) > MAX_TITLE_CHARS:
@@ -154,7 +162,7 @@ class FigureSpec:
     log: bool = False  # logarithmic colour scale
     step: int | None = None  # generation step: only the decoder positions that existed when word `step` was chosen
     title: str | None = None  # None: automatic (model, block, layer, head); "": no title
-    vmax: float | None = None  # top of the colour scale; None: the largest weight shown
+    vmax: float | None = None  # top of the colour scale set by hand (Selection.vmax); None: the scale's own top
     font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
     batch: int = 0  # batch row of the result
     # alignment rows: predict (the row that chose the word) | input (the row reading it); None: the model's
@@ -202,6 +210,7 @@ class FigureSpec:
             if self.agg is not None:
                 raise AttnvizError("give heads or an aggregate, not both", param="aggregate")
         check_style(self)
+        check_vmax(self.vmax)  # (the view model's own check: the window's box says the same)
         if (self.span is not None or self.key_span is not None) and self.view not in SPAN_VIEWS:
             raise AttnvizError(
                 f"--span and --key-span cut a map's positions: the {self.view} view has none to cut; use --view "

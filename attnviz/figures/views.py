@@ -174,8 +174,9 @@ def _cells_drawn(spec: FigureStyle, map_h: float, map_w: float) -> tuple[int, in
 
 
 def _norm(style: FigureStyle, log: bool, vmax: float):
-    """The view model's colour range: linear 0..vmax, or LOG_DECADES decades below vmax (zeros: lowest colour)."""
-    lo, hi = vm.colour_range(vmax, log, style.vmax)
+    """The view model's colour range: linear 0..vmax, or LOG_DECADES decades below vmax (zeros: lowest colour).
+    ``vmax`` is the view model's top (a top set by hand, Selection.vmax, already in it)."""
+    lo, hi = vm.colour_range(vmax, log, vmax)
     return LogNorm(vmin=lo, vmax=hi, clip=True) if log else Normalize(lo, hi)
 
 
@@ -277,7 +278,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     layers = [style.only_layer] if style.only_layer is not None else list(range(block.n_layers))
     # the screen's thumbnails: the same filters, max-pooled to the same size (sharp peaks survive at 512 tokens)
     thumbs = vm.thumbnails(result, sel, vm.THUMB, blocks)  # every block: the screen's overview shares one scale
-    top_weight = vm.overview_top(thumbs, sel.scale)
+    top_weight = vm.overview_top(thumbs, sel.scale, sel.vmax)
     maps = {(li, h): thumbs[(bi, li, h)] for li in layers for h in range(block.heads_in(li))}
     notes = vm.map_notes(result, sel, blocks)  # not the map itself: a tower's frames are never laid out for it
     H = max(block.heads_in(li) for li in layers)
@@ -361,7 +362,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         draw_key(fig, key, key_at, left, 0.08, ncols * (pw + gap) - gap, fs)
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
-    _colorbar(fig, im, sel.log, fs, vm.overview_label(sel.log, sel.scale), cb_h, cax=cax)
+    _colorbar(fig, im, sel.log, fs, vm.overview_label(sel.log, sel.scale, sel.vmax), cb_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -524,8 +525,8 @@ def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     spec = style
     image = _rgb(vm.pictured(result, sel.picture, sel.batch).image)  # the image chosen of a prompt's several
     # one map, or several heads side by side on one colour scale (the view model's pictures, captions and title)
-    # --vmax: the top of the one colour scale, as the token maps take it (the view model's scale, so bar and heat agree)
-    ho = vm.heads_overlay(result, _image_selection(sel), image.shape[:2], vmax=style.vmax)
+    # sel.vmax (--vmax): the top of the one colour scale, as the token maps take it (the view model's scale)
+    ho = vm.heads_overlay(result, _image_selection(sel), image.shape[:2])
     ov = ho.overlays[0]
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
@@ -587,7 +588,7 @@ def draw_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
 def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, sv: vm.StripView):
     spec = style
     # a panel per word: the words' attention over the image, whatever the image view was drawing
-    # (each panel on its own stretched scale: vm.panel_selection)
+    # (each panel on its own stretched scale, or every panel on the top set by hand: vm.panel_selection)
     isel = vm.panel_selection(_image_selection(sel).with_(block=sv.block_index, image_from=vm.DEFAULT_IMAGE_FROM))
     rows = [(p.row, p.word) for p in sv.panels]
     image = _rgb(result.image)
@@ -603,7 +604,7 @@ def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle,
     title = fit_title(make_title(result, style, sv.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
     # the panels' one colour bar (as the text strip's) over its tick labels and its label, wrapped to the width
-    bar_label = wrap_label(vm.IMAGE_STRIP_LABEL, 0.9 * width, fs - 1)
+    bar_label = wrap_label(vm.image_strip_label(sel), 0.9 * width, fs - 1)
     bar_y = 0.05 + (bar_label.count("\n") + 1) * (fs - 1) * LINE * PT + (fs + 2) * PT
     cbar_in = bar_y + 0.07 + 0.12
     height = title_in + nrows * (img_h + word_in) + cbar_in + 0.05
@@ -632,10 +633,13 @@ def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle,
             fontsize=fs + 1,
             fontweight=weight,
         )
-    # without it the strip said nothing of its colours: each panel's brightest heat is that word's own maximum
+    # without it the strip said nothing of its colours: each panel's brightest heat is that word's own maximum, or
+    # (a top set by hand) the one scale's weights
     cax = fig.add_axes((0.25, bar_y / height, 0.5, 0.07 / height))
-    cb = fig.colorbar(ScalarMappable(norm=Normalize(0.0, 1.0), cmap=cmap), cax=cax, orientation="horizontal")
-    cb.set_ticks([0.0, 1.0], labels=["0", "max"])
+    top = sel.vmax or 1.0
+    cb = fig.colorbar(ScalarMappable(norm=Normalize(0.0, top), cmap=cmap), cax=cax, orientation="horizontal")
+    ticks = vm.scale_ticks(0.0, top, False) if sel.vmax else [(0.0, "0"), (1.0, "max")]
+    cb.set_ticks([t for t, _ in ticks], labels=[text for _, text in ticks])
     cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
     cb.outline.set_linewidth(0.5)
     cb.set_label(bar_label, fontsize=fs - 1, labelpad=1)
@@ -718,7 +722,7 @@ def _text_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, 
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
     cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
     cb.outline.set_linewidth(0.5)
-    cb.set_label(vm.notes_label(sv.notes, sel.log, sv.scale), fontsize=fs - 1, labelpad=1)
+    cb.set_label(vm.notes_label(sv.notes, sel.log, sv.scale, sel.vmax), fontsize=fs - 1, labelpad=1)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig

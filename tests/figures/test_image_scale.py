@@ -193,12 +193,12 @@ def test_vmax_sets_the_image_views_colour_limits(vit, log):
     sel = vm.Selection(mode="head", layer=1, head=3, query=0, image_scale="fixed", log=log)
     weights = vm.overlay_view(result, sel.with_(log=False)).heat  # on fixed 0–1 the heat is the weights
     assert weights.max() > top  # some of the map lies above V: the clip is exercised
-    drawn = vm.overlay_view(result, sel, vmax=top)
+    drawn = vm.overlay_view(result, sel.with_(vmax=top))
     if log:
         by_hand = np.clip((np.log10(np.maximum(weights, top / 1000)) - np.log10(top / 1000)) / 3.0, 0.0, 1.0)
     else:
         by_hand = np.clip(weights / top, 0.0, 1.0)
     np.testing.assert_allclose(drawn.heat, by_hand, atol=1e-5)
     # several heads on the stretched scale are refused (each its own top), but with --vmax they share V
-    ho = vm.heads_overlay(result, sel.with_(heads=(0, 3), image_scale="map"), vmax=top)
+    ho = vm.heads_overlay(result, sel.with_(heads=(0, 3), image_scale="map", vmax=top))
     assert {ov.scale.vmax for ov in ho.overlays} == {top}

@@ -113,6 +113,7 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
         notes,
         scale_top(result, sel.with_(block=b), b, m, blocks),
         sel.scale,
+        by_hand=bool(sel.vmax),
     )
 
 

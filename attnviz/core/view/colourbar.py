@@ -71,18 +71,24 @@ def colour_range(matrix_max: float, log: bool, vmax: float | None = None) -> tup
 HIDDEN_NOTE = "special tokens hidden"  # a map's note (and title part) when hiding special tokens dropped some
 
 
-def weight_label(log: bool, hide_special: bool = False, scale: str | None = None) -> str:
+def by_hand(vmax: float) -> str:
+    """A scale's words when its top was set by hand (the scale's own words would name a top not in force)."""
+    return f"top {vmax:.3g} set by hand"
+
+
+def weight_label(log: bool, hide_special: bool = False, scale: str | None = None, vmax: float | None = None) -> str:
     """The colour-bar label, the same words on screen and in print: what the colours are, and on which scale
-    ("attention weight (log scale, fixed 0–1)")."""
+    ("attention weight (log scale, fixed 0–1)"; with ``vmax``, the top set by hand: "top 0.5 set by hand")."""
     label = "attention (special tokens removed, rows renormalised)" if hide_special else "attention weight"
-    how = (["log scale"] if log else []) + ([SCALES[check_scale(scale)]] if scale is not None else [])
+    which = by_hand(vmax) if vmax else SCALES[check_scale(scale)] if scale is not None else None
+    how = (["log scale"] if log else []) + ([which] if which else [])
     return label + (f" ({', '.join(how)})" if how else "")
 
 
-def notes_label(notes: list[str], log: bool, scale: str | None = None) -> str:
+def notes_label(notes: list[str], log: bool, scale: str | None = None, vmax: float | None = None) -> str:
     """The colour-bar label of a drawn map (its ``notes``): it speaks of removed tokens only when some were, and
-    says which colour scale it is on (``scale``, one of SCALES)."""
-    return weight_label(log, HIDDEN_NOTE in notes, scale)
+    says which colour scale it is on (``scale``, one of SCALES; ``vmax``: a top set by hand)."""
+    return weight_label(log, HIDDEN_NOTE in notes, scale, vmax)
 
 
 def check_scale(name: str) -> str:
@@ -97,16 +103,18 @@ def overview_scale(scale: str) -> str:
     return "fixed" if check_scale(scale) == "fixed" else "shared"
 
 
-def overview_label(log: bool, scale: str) -> str:
-    """The overview's colour-bar words: its shared scale spans every block's heads, not one block's."""
-    how = (["log scale"] if log else []) + [
-        SCALES["fixed"] if overview_scale(scale) == "fixed" else "shared by every head"
-    ]
+def overview_label(log: bool, scale: str, vmax: float | None = None) -> str:
+    """The overview's colour-bar words: its shared scale spans every block's heads, not one block's (``vmax``: a
+    top set by hand)."""
+    which = by_hand(vmax) if vmax else SCALES["fixed"] if overview_scale(scale) == "fixed" else "shared by every head"
+    how = (["log scale"] if log else []) + [which]
     return f"attention weight ({', '.join(how)})"
 
 
-def overview_top(thumbs: dict, scale: str) -> float:
-    """The top of the overview's one colour scale over every block's thumbnails."""
+def overview_top(thumbs: dict, scale: str, vmax: float | None = None) -> float:
+    """The top of the overview's one colour scale over every block's thumbnails (``vmax``: the top set by hand)."""
+    if vmax:
+        return float(vmax)
     if overview_scale(scale) == "fixed":
         return 1.0
     return max(max((float(m.max()) for m in thumbs.values() if m.size), default=1.0), 1e-6)

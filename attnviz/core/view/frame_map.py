@@ -196,6 +196,7 @@ def head_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None
         notes,
         scale_top(result, sel, sel.block, m, blocks),
         sel.scale,
+        by_hand=bool(sel.vmax),
     )
 
 

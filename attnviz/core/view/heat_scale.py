@@ -40,9 +40,8 @@ class HeatScale:
     @property
     def label(self) -> str:
         """The colour bar's words, the token maps' own ("attention weight (log scale, shared by the block's heads)")."""
-        if self.by_hand:  # the scale's words would name a top (0–1, the heads') that is not the one in force
-            return f"attention weight ({'log scale, ' if self.log else ''}top {self.vmax:.3g} set by hand)"
-        return weight_label(self.log, scale=self.scale)
+        # (set by hand, the scale's words would name a top, 0–1 or the heads', that is not the one in force)
+        return weight_label(self.log, scale=self.scale, vmax=self.vmax if self.by_hand else None)
 
     @property
     def note(self) -> str:

@@ -37,22 +37,21 @@ def heads_overlay(
     sel: Selection,
     size: tuple[int, int] | None = None,
     blocks: list[Block] | None = None,
-    vmax: float | None = None,
 ) -> HeadsOverlay:
     """``sel``'s overlay, or one per head of :func:`image_heads` on the selection's one colour scale (refused in one
     line on the stretched scale: each picture would have a scale of its own and the one bar would state none);
-    ``vmax``: the one scale's top given by hand (``figure --vmax``), whatever the selection's scale."""
+    ``sel.vmax``: the one scale's top set by hand, whatever the selection's scale."""
     heads = image_heads(sel)
     if not heads:
-        ov = overlay_view(result, sel, size, blocks, vmax)
+        ov = overlay_view(result, sel, size, blocks)
         return HeadsOverlay([ov], _pictures(ov), list(ov.captions), ov.title)
-    if sel.image_scale == "map" and not vmax:  # (a top given by hand is one scale for every picture)
+    if sel.image_scale == "map" and not sel.vmax:  # (a top given by hand is one scale for every picture)
         raise ViewError(
             f"heads {', '.join(map(str, heads))} are drawn under one colour bar, and the stretched scale ('map') gives "
             "each its own; give --scale shared (the block's heads) or --scale fixed (0-1)",
             param="scale",
         )
-    overlays = [overlay_view(result, sel.with_(head=h, heads=()), size, blocks, vmax) for h in heads]
+    overlays = [overlay_view(result, sel.with_(head=h, heads=()), size, blocks) for h in heads]
     pictures = [p for ov in overlays for p in _pictures(ov)]
     # a tiled image's panels keep their captions on a line of their own under the head's (side by side, one line
     # ran into the next picture's)

@@ -57,6 +57,7 @@ class MapView:
     # a signed map (model A minus model B): a diverging colour map from vmin to vmax, centred on 0
     diverging: bool = False
     vmin: float = 0.0
+    by_hand: bool = False  # vmax is the top set by hand (Selection.vmax), not the scale's: the colour bar says so
 
     def value(self, row: int, col: int) -> float:
         return float(self.matrix[row, col])
@@ -131,6 +132,7 @@ def compute_map(
         sel.scale,
         k_values,
         k_values_title=series_title(result),
+        by_hand=bool(sel.vmax),
     )
 
 

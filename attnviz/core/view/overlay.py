@@ -203,11 +203,10 @@ def overlay_view(
     sel: Selection,
     size: tuple[int, int] | None = None,
     blocks: list[Block] | None = None,
-    vmax: float | None = None,
 ) -> OverlayView:
     """The image-regions overlay: ``sel.query`` row (None: :func:`default_image_query`) of the image block, over
-    image ``sel.picture`` of a prompt that holds several; ``vmax``: the colour scale's top given by hand
-    (``figure --vmax``; None: the selection's scale's)."""
+    image ``sel.picture`` of a prompt that holds several, on the selection's colour scale (``sel.vmax``: its top
+    set by hand, whatever ``sel.image_scale``)."""
     d = _drawn(result, sel, blocks)
     original = result
     result, blocks, which = d.result, d.blocks, d.which
@@ -239,7 +238,7 @@ def overlay_view(
     # (the shared top, per block, batch row, image, attention over it and query: the rows every head gives)
     key = (bi, d.sel.batch, sel.picture, sel.image_from, query)
     hs = heat_scale(
-        sel.image_scale, sel.log, drawn, lambda: kept_top(original, key, lambda: _shared_top(d, query, whole)), vmax
+        sel.image_scale, sel.log, drawn, lambda: kept_top(original, key, lambda: _shared_top(d, query, whole)), sel.vmax
     )
     glob = None
     if whole is not None:

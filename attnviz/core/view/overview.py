@@ -79,8 +79,10 @@ def block_top(result: AttentionResult, sel: Selection, block: int, blocks: list[
 def scale_top(
     result: AttentionResult, sel: Selection, block: int, m: np.ndarray, blocks: list[Block] | None = None
 ) -> float:
-    """The top of the colour scale for map ``m`` of ``block`` on the selection's scale."""
+    """The top of the colour scale for map ``m`` of ``block`` on the selection's scale (or the top set by hand)."""
     scale = check_scale(sel.scale)
+    if sel.vmax:
+        return float(sel.vmax)
     if scale == "fixed":
         return 1.0
     top = block_top(result, sel, block, blocks) if scale == "shared" else float(np.nanmax(m)) if m.size else 0.0

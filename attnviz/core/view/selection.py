@@ -65,9 +65,31 @@ class Selection:
     frame: int = 0
     # token links: what a link's weight is measured against, each query row's strongest or the map's top (LINK_CUTS)
     link_cut: str = DEFAULT_LINK_CUT
+    # the colour scale's top set by hand (`figure --vmax`, the window's "top" box), whatever ``scale`` /
+    # ``image_scale`` say; None: the scale's own top.  Held here alone: every view that draws a colour scale reads it
+    # from the selection, on screen and in figures (check_vmax refuses a bad one)
+    vmax: float | None = None
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)
+
+
+def check_vmax(value: Any) -> float | None:
+    """The colour scale's top as typed (the window's box, a flag, a recipe): None for none (empty, None), else a
+    finite number > 0; ViewError naming the fix for anything else (0, negative, NaN, text)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        top = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        top = float("nan")
+    if isinstance(value, bool) or not (np.isfinite(top) and top > 0):
+        raise ViewError(
+            f"vmax {value!r}: the colour scale's top must be a number > 0 (e.g. 0.5); leave it empty for the "
+            "scale's own top",
+            param="vmax",
+        )
+    return top
 
 
 def layer_range(sel: Selection, n_layers: int) -> tuple[int, int]:

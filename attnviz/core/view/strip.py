@@ -12,7 +12,7 @@ import numpy as np
 
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block
-from attnviz.core.view.colourbar import HIDDEN_NOTE
+from attnviz.core.view.colourbar import HIDDEN_NOTE, weight_label
 from attnviz.core.view.labels import clean_label
 from attnviz.core.view.maps import compute_map
 from attnviz.core.view.overview import scale_top
@@ -24,6 +24,12 @@ from attnviz.core.view.steps import generation_rows, n_steps
 # over an image each panel is its word's own overlay, its heat stretched to that word's largest weight (as in Xu et
 # al. 2015): one colour bar from 0 to "max" serves every panel, and its label says whose maximum
 IMAGE_STRIP_LABEL = "attention weight (each panel stretched to its own maximum)"
+
+
+def image_strip_label(sel: Selection) -> str:
+    """The image strip's colour-bar words: each panel stretched to its own maximum, or (a top set by hand,
+    ``sel.vmax``) every panel on the one linear scale 0..vmax (:func:`panel_selection`)."""
+    return weight_label(False, vmax=sel.vmax) if sel.vmax else IMAGE_STRIP_LABEL
 
 
 @dataclass
@@ -57,7 +63,8 @@ class StripView:
 def panel_selection(sel: Selection) -> Selection:
     """An image strip's panel: the word's overlay stretched to its own peak, linear, whatever scale Image regions is
     on, as in Xu et al. (2015): the strip asks where each word looks, not how much (and every strip figure was drawn
-    so, its recipe included)."""
+    so, its recipe included).  A top set by hand (``sel.vmax``) is kept: then every panel is on that one linear
+    scale, and how much each word looks shows too."""
     return sel.with_(image_scale="map", log=False)
 
 
@@ -132,7 +139,8 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
     if not image and sel.keep < 1.0:
         notes.append(f"top {round(sel.keep * 100)}% mass")
     vmax = max((float(p.weights.max()) for p in panels if p.weights.size), default=0.0)
-    if sel.scale != "map" or image:  # fixed 0–1 or the block's top (over an image each panel is its own overlay)
+    # fixed 0–1, the block's top or a top set by hand (over an image each panel is its own overlay)
+    if sel.scale != "map" or image or sel.vmax:
         vmax = scale_top(result, sel.with_(block=b), b, mv.matrix, blocks)
     title = " · ".join([mv.title, *notes])
     return StripView(b, blk, image, panels, max(vmax, 1e-6), title, notes, sel.scale)
