@@ -140,6 +140,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "heads, or map (stretched to each map: Image regions' default); the token maps' and Image regions' both",
     )
     p.add_argument(
+        "--vmax",
+        type=float,
+        default=None,
+        help="top of the colour scale by hand (the colour-top box), as `figure --vmax`: every view that draws a "
+        "colour scale reads it (default: the one --scale gives)",
+    )
+    p.add_argument(
         "--log",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -186,6 +193,7 @@ def focus_from_args(args) -> dict:
     flags (``figures.select.layer_span``): an aggregate over heads covers ``--layer`` alone, rollout runs from
     the first layer up to ``--layer`` (else up to the last, the window's default layer)."""
     from attnviz import AttnvizError
+    from attnviz.core.view import check_vmax
 
     focus = {
         k: getattr(args, k)
@@ -194,6 +202,8 @@ def focus_from_args(args) -> dict:
     }
     if args.scale is not None:  # as figure's --scale: the image view's own box too
         focus.update(scale=args.scale, image_scale=args.scale)
+    if args.vmax is not None:  # as figure's --vmax: the view model's check, the box's words
+        focus["vmax"] = check_vmax(args.vmax)
     if args.frame is not None:
         if args.frame < 1:
             raise AttnvizError(f"--frame {args.frame}: frames count from 1; give --frame N")
@@ -349,6 +359,7 @@ def run(args) -> int:
         # 40 GB pixmap it could not allocate) and the screenshot "could not write", naming neither the size nor a fix
         raise AttnvizError(f"--size {args.size}: give a width and height in 1..{MAX_WINDOW_SIDE} pixels, e.g. 1400x900")
 
+    focus_from_args(args)  # the focus flags' own checks (--vmax 0, --frame 0) before any window shows
     # the window system is checked once the arguments are: a path that is not there is the problem to name, even
     # where there is no display (a typo over ssh got "no X display" first)
     ensure_platform(bool(args.screenshot))

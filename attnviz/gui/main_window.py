@@ -141,6 +141,7 @@ class MainWindow(QMainWindow):
         # docks
         self.inputs = InputPanel()
         self.controls = Controls(self.session)
+        self.controls.invalid.connect(lambda text, param: self.show_error(text, param=param))
         left = QWidget()
         lv = QVBoxLayout(left)
         lv.setContentsMargins(0, 0, 0, 0)
@@ -354,6 +355,7 @@ class MainWindow(QMainWindow):
             "aggregate": c.mode,
             "step": c.step,
             "scale": c.scale,
+            "vmax": c.vmax,
         }
         return widgets.get(param or "")
 

@@ -11,6 +11,7 @@ gives its one message once, and the next start opens the demo.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -43,6 +44,7 @@ SELECTION_KINDS: dict[str, tuple[type, ...]] = {
     "query": (int, type(None)),
     "keep": (int, float),
     "heads": (list, tuple),  # a tuple is saved as a JSON list
+    "vmax": (int, float, type(None)),
 }
 SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "mode": lambda v: v in MODES,
@@ -57,6 +59,7 @@ SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "batch": lambda v: v >= 0,
     "picture": lambda v: v >= 0,
     "query": lambda v: v is None or v >= 0,
+    "vmax": lambda v: v is None or (math.isfinite(v) and v > 0),
     "heads": lambda v: all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in v),
 }
 

@@ -20,6 +20,9 @@ SETTINGS = [
     # the colour scale (fixed 0–1 is the default of the grid): the block's heads, or stretched to the map
     ("shared+hide", dict(mode="head", layer=1, head=1, scale="shared", image_scale="shared", hide_special=True)),
     ("map+log", dict(mode="mean", layer_lo=0, layer_hi=1, scale="map", image_scale="map", log=True)),
+    # the top set by hand (the colour-top box, figure --vmax), over the stretched and the shared scales, linear and log
+    ("vmax", dict(mode="head", layer=1, head=2, scale="map", image_scale="map", vmax=0.3)),
+    ("vmax+log", dict(mode="mean", layer_lo=0, layer_hi=1, scale="shared", image_scale="shared", log=True, vmax=0.05)),
 ]
 VIEWS = ("overview", "head", "links", "alignment", "image")
 
@@ -34,8 +37,9 @@ def figure(w, view):
     return render_figure(w.session.result, *what, FigureStyle(dpi=40))
 
 
-def check_map(hm, fig):
-    """A heatmap widget and a heatmap figure: same matrix, colour range, axis titles and tick labels."""
+def check_map(hm, fig, top: float | None | bool = False):
+    """A heatmap widget and a heatmap figure: same matrix, colour range, axis titles and tick labels (``top``: the
+    session's top set by hand, checked where given)."""
     ax = next(a for a in fig.axes if a.images)  # the map (a time series' plot may stand above it)
     mv = hm.mv
     np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), mv.matrix)
@@ -47,6 +51,8 @@ def check_map(hm, fig):
     else:
         np.testing.assert_allclose([norm.vmin, norm.vmax], [lo, hi], rtol=1e-6)
         np.testing.assert_array_equal(hm.image.image, mv.matrix)
+    if top is not False and not mv.diverging:
+        _check_top(top, norm.vmax, hm.colorbar.axis.labelText)
     # the same title words: the figure's is the model's name, then the screen's title
     title = next(a for a in fig.axes if a.get_title()).get_title()  # above the series when there is one
     assert unescape(title.replace("\n", " · ")).endswith(mv.title)
@@ -106,6 +112,7 @@ def check_overview(w, fig):
     lo, hi = ov.levels
     top = np.log10(norm.vmax) if w.session.sel.log else norm.vmax
     assert top == pytest.approx(hi, rel=1e-5)
+    _check_top(w.session.sel.vmax, norm.vmax, ov.colorbar.axis.labelText)
     assert fig.axes[-1].get_ylabel().replace("\n", " ") == ov.colorbar.axis.labelText  # the scale, in words
     for key, img in ov.thumbs.items():
         if key[0] == bi:
@@ -161,8 +168,9 @@ def check_image(w, fig):
         np.testing.assert_allclose([np.log10(fig_lo), np.log10(fig_hi)], [lo, hi], rtol=1e-6, atol=1e-9)
     else:
         np.testing.assert_allclose([fig_lo, fig_hi], [lo, hi], rtol=1e-6)
-    if sel.image_scale == "fixed":
+    if sel.image_scale == "fixed" and not sel.vmax:
         assert hi == (0.0 if sel.log else 1.0)
+    _check_top(sel.vmax, fig_hi, v.colorbar.axis.labelText)
     assert cax.get_ylabel().replace("\n", " ") == v.colorbar.axis.labelText
     assert [unescape(t.get_text()) for t in cax.get_yticklabels() if t.get_text()] == [
         text for _, text in v.colorbar.axis._tickLevels[0]
@@ -194,13 +202,23 @@ def _check_picture(w, fig, image_item, overlay_item, ax):
         np.testing.assert_allclose(gui[..., :3].astype(np.float32), want, atol=6)
 
 
+def _check_top(top: float | None, fig_top: float, screen_label: str) -> None:
+    """A top set by hand (the session's, as the colour-top box sets it): the figure's scale ends there and the
+    screen's bar says so; none: the screen's bar does not say "set by hand"."""
+    if top:
+        assert fig_top == pytest.approx(top, rel=1e-9)
+        assert f"top {top:.3g} set by hand" in screen_label
+    else:
+        assert "set by hand" not in screen_label
+
+
 def views_for(w):
     return [v for v in VIEWS if not w.views[tab_title(view_key(v))].reason()]
 
 
 CHECKS = {
-    "head": lambda w, fig: check_map(w.head_map.heatmap, fig),
-    "alignment": lambda w, fig: check_map(w.alignment.heatmap, fig),
+    "head": lambda w, fig: check_map(w.head_map.heatmap, fig, w.session.sel.vmax),
+    "alignment": lambda w, fig: check_map(w.alignment.heatmap, fig, w.session.sel.vmax),
     "overview": check_overview,
     "links": check_links,
     "image": check_image,
@@ -231,6 +249,7 @@ def check_grid(w, result, settings=None) -> int:
                 hide_special=False,
                 scale="fixed",
                 image_scale="fixed",
+                vmax=None,
             )
             w.session.select(block=bi, **{**base, **changes})
             for view in views:

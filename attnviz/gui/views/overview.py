@@ -172,8 +172,8 @@ class OverviewView(View):
     def redraw(self, use_cache: bool = True) -> None:
         """Redraw every thumbnail on one shared scale (``use_cache=False`` also recomputes the pooling)."""
         maps = self.thumbnail_maps(use_cache)
-        scale = self.session.sel.scale
-        vmax = vm.overview_top(maps, scale)  # one scale over every block: 0–1 or their largest weight
+        scale, top = self.session.sel.scale, self.session.sel.vmax
+        vmax = vm.overview_top(maps, scale, top)  # one scale over every block: 0–1, their largest weight or by hand
         log = self.session.sel.log
         self.vmax = vmax
         self.levels = style.display_levels(np.array([0.0, vmax]), log)
@@ -183,11 +183,20 @@ class OverviewView(View):
                 continue
             img.setImage(style.display_values(m, log, self.levels), autoLevels=False, levels=self.levels)
             img.setRect(self.cells[key])  # setImage keeps the old pixel scale; re-fit the cell
-        style.set_colorbar(self.colorbar, self.levels, log, vm.overview_label(log, scale))
+        style.set_colorbar(self.colorbar, self.levels, log, vm.overview_label(log, scale, top))
 
     def draw(self) -> None:
         s = self.session
-        key = (id(s.result), s.sel.step, s.sel.log, s.sel.hide_special, s.sel.keep, s.sel.batch, s.sel.scale)
+        key = (
+            id(s.result),
+            s.sel.step,
+            s.sel.log,
+            s.sel.hide_special,
+            s.sel.keep,
+            s.sel.batch,
+            s.sel.scale,
+            s.sel.vmax,
+        )
         if key != self._drawn_key:
             self.redraw()
             self._drawn_key = key
@@ -285,7 +294,7 @@ class OverviewView(View):
         self.focus_box.setRect(rect.adjusted(-pad, -pad, pad, pad))
         self.focus_box.show()
         self.info.setText(
-            f"{len(self.thumbs)} heads · shared scale 0–{self.vmax:.3g} · focus: {blk.name} · {vm.head_what(blk, s)}"
+            f"{len(self.thumbs)} heads · {'scale' if self.session.sel.vmax else 'shared scale'} 0–{self.vmax:.3g} · focus: {blk.name} · {vm.head_what(blk, s)}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
             + (f" · {self.session.comparison.frames_note()}" if self.session.comparison is not None else "")
             + (f" · {vm.OFF_NOTE} ({len(self.crosses)})" if self.crosses else "")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QGridLayout,
     QLabel,
+    QLineEdit,
     QSlider,
     QSpinBox,
     QWidget,
@@ -16,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.core.rows import row_noun, scored_rows
 from attnviz.core.text_scores import TextScores
-from attnviz.core.view import SCALES, n_steps
+from attnviz.core.view import SCALES, ViewError, check_vmax, n_steps
 from attnviz.core.view.palette import LOG_DECADES
 from attnviz.gui.selection import MODE_TITLES, MODES
 from attnviz.gui.widgets.elided_combo import ElidedCombo
@@ -28,6 +29,11 @@ SCALE_TIP = (
     "largest weight of any head of the block (heads compare; on Image regions, any head's weight on the image from "
     "the query shown), or this map's own maximum (most contrast)"
 )
+VMAX_TIP = (
+    "the top of the colour bar set by hand (a weight, e.g. 0.5; `attnviz figure --vmax`), for every view that draws "
+    "one: weights above it take the top colour.  Empty: the colour scale's own top"
+)
+VMAX_EMPTY = "auto"  # the box's placeholder: no top set by hand
 LOG_TIP = f"colours on a log scale, {LOG_DECADES} decades below the top weight (weak weights become visible)"
 BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
 # a dual encoder's candidate texts: one image against them, so only the text tower's maps change
@@ -47,7 +53,10 @@ ROW_TIPS = {"beam": BEAM_TIP, "text": TEXT_TIP, "image": IMAGE_TIP, "pair": PAIR
 
 
 class Controls(QWidget):
-    """Edits ``session.sel``; mirrors it back when it changes elsewhere (keyboard, clicks)."""
+    """Edits ``session.sel``; mirrors it back when it changes elsewhere (keyboard, clicks).  ``invalid(text, param)``:
+    a value typed into a box cannot be used (the window shows its one message)."""
+
+    invalid = Signal(str, str)
 
     def __init__(self, session, parent=None):
         super().__init__(parent)
@@ -74,6 +83,12 @@ class Controls(QWidget):
         for name, words in SCALES.items():
             self.scale.addItem(words, name)
         self.scale.setToolTip(SCALE_TIP)
+        # the colour scale's top by hand: typed, as `figure --vmax` takes it (a spin box would round it, or need a
+        # range and a step that suit 1e-4 and 0.9 alike); Selection.vmax holds it, every scale-drawing view reads it
+        self.vmax = QLineEdit()
+        self.vmax.setPlaceholderText(VMAX_EMPTY)
+        self.vmax.setClearButtonEnabled(True)
+        self.vmax.setToolTip(VMAX_TIP)
         self.hide_special = QCheckBox("hide special tokens")
         self.hide_special.setToolTip("drop [CLS]/[SEP]/BOS/EOS/pad rows and columns and renormalise rows")
         self.step = QSlider(Qt.Horizontal)
@@ -91,6 +106,7 @@ class Controls(QWidget):
             ("layers to", self.layer_hi),
             ("keep mass", self.keep),
             ("colour scale", self.scale),
+            ("colour top", self.vmax),
         ]
         self.labels: dict[str, QLabel] = {}
         for r, (name, w) in enumerate(rows):
@@ -113,6 +129,7 @@ class Controls(QWidget):
         self.keep.valueChanged.connect(lambda v: self._set(keep=v / 100.0))
         self.log.toggled.connect(lambda on: self._set(log=on))
         self.scale.currentIndexChanged.connect(lambda i: self._set(**{self.scale_field: self.scale.itemData(i)}))
+        self.vmax.editingFinished.connect(self._on_vmax)
         self.hide_special.toggled.connect(lambda on: self._set(hide_special=on))
         self.step.valueChanged.connect(self._on_step)
         session.result_changed.connect(self.rebuild)
@@ -124,6 +141,23 @@ class Controls(QWidget):
     def _set(self, **changes) -> None:
         if not self._syncing:
             self.session.select(**changes)
+
+    def _on_vmax(self) -> None:
+        """The typed top: set (or, empty, cleared); a bad one (0, negative, NaN, text) is refused in one message
+        and the box shows the top in force again."""
+        try:
+            top = check_vmax(self.vmax.text())
+        except ViewError as e:
+            self._show_vmax(self.session.sel.vmax)
+            self.invalid.emit(str(e), "vmax")
+            return
+        self._set(vmax=top)
+        self._show_vmax(self.session.sel.vmax)  # as the selection holds it ("0.50" reads back "0.5")
+
+    def _show_vmax(self, top: float | None) -> None:
+        text = "" if top is None else f"{top:g}"
+        if self.vmax.text() != text:
+            self.vmax.setText(text)
 
     def _on_step(self, v: int) -> None:
         g = n_steps(self.session.result, self.session.sel.batch)  # a beam search's: the shown beam's own
@@ -158,9 +192,9 @@ class Controls(QWidget):
             self.sync()
 
     def set_scale_note(self, note: str | None) -> None:
-        """The view shown draws on its own scale (``note`` says how: views.base.View.scale_note): the colour-scale
-        and log boxes greyed, their tooltip the view's words; ``None``: both back as they were."""
-        for box, tip in ((self.scale, SCALE_TIP), (self.log, LOG_TIP)):
+        """The view shown draws on its own scale (``note`` says how: views.base.View.scale_note): the colour-scale,
+        colour-top and log boxes greyed, their tooltip the view's words; ``None``: both back as they were."""
+        for box, tip in ((self.scale, SCALE_TIP), (self.vmax, VMAX_TIP), (self.log, LOG_TIP)):
             box.setEnabled(note is None)
             box.setToolTip(tip if note is None else note)
 
@@ -191,6 +225,8 @@ class Controls(QWidget):
             self.layer_hi.setValue(blk.n_layers - 1 if sel.layer_hi < 0 else sel.layer_hi)
             self.keep.setValue(round(sel.keep * 100))
             self.log.setChecked(sel.log)
+            if not self.vmax.hasFocus():  # (a top being typed is not overwritten by a redraw)
+                self._show_vmax(sel.vmax)
             self.scale.setCurrentIndex(max(0, self.scale.findData(getattr(sel, self.scale_field))))
             self.hide_special.setChecked(sel.hide_special)
             g = n_steps(s.result, sel.batch)  # a beam's own length: the slider follows the beam shown
