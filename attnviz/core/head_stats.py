@@ -27,11 +27,42 @@ def stats_context(result: AttentionResult, blk: Block | None) -> str:
     if blk is not None and key_frame_seconds(blk) is not None:
         return "cross-audio" if blk.kind == "cross" else "audio"  # (audio: the distance in seconds)
     image = blk is not None and block_grid(result, blk) is not None
-    if blk is not None and blk.kind == "cross":
+    # an attention-pooling head (SigLIP's) is read as cross-attention: its queries are learned probes, not positions
+    # on the patch axis, so probe 0 against patch 0 (diagonal), patch -1 (previous) or a distance means nothing
+    if blk is not None and blk.kind in ("cross", "pooling"):
         return "cross-image" if image else "cross"
     if blk is not None and isinstance(blk.result.maps[blk.sites[0]], FramesMap):
         return "frames"  # a tower's frames: "first" and "prev" are each frame's (core.stats.frames_head_stats)
     return "patches" if image else "text"
+
+
+def stats_caption(result: AttentionResult, blk: Block) -> str:
+    """What the table's rows are of, for its caption: the block's name, and where the result's rows are a dual
+    encoder's scored pairs (CLIP, SigLIP: :func:`~attnviz.core.rows.scored_rows`), which row's input the block
+    read.  Each tower reads one half of the row's pair, so the caption names that half and the row it is shown
+    for: "encoder self-attention (image) of image 1 photo1.png, as in every pair holding it (pair 2: image 1 ×
+    text 0)"; without it the table did not say which of the rows its numbers were."""
+    from attnviz.core.rows import row_noun, scored_rows
+    from attnviz.core.text_scores import TextScores
+
+    scores = TextScores.from_info(result.info) if scored_rows(result) else None
+    r = blk.batch
+    if scores is None or not 0 <= r < len(scores.scores):
+        return blk.name
+    noun, row = row_noun(result), f"{row_noun(result)} {r}: {scores.row_short(r)}"
+    if blk.tower == "image":
+        if scores.images is None:  # one image against the texts: every row's image tower is the same
+            return f"{blk.name} of the image, the same for every {noun} ({row})"
+        i = scores.image_names.index(scores.images[r])
+        same = "" if noun == "image" else f", as in every {noun} holding it"
+        return f"{blk.name} of image {i} {scores.images[r]}{same} ({row})"
+    if blk.tower == "text":
+        j = scores.text_names.index(scores.texts[r])
+        if noun == "image":  # one text against the images: every row's text tower is the same
+            return f"{blk.name} of the text, the same for every {noun} ({row})"
+        same = "" if noun == "text" else f", as in every {noun} holding it"
+        return f"{blk.name} of text {j} “{scores.texts[r]}”{same} ({row})"
+    return f"{blk.name} of {row}"
 
 
 def compute_stats(result: AttentionResult, blk: Block, step: int) -> list[dict]:

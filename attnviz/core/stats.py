@@ -107,8 +107,15 @@ STAT_CONTEXT_HELP: dict[str, dict[str, str | None]] = {
     },
 }
 
-# column titles where the keys are not tokens (the help above says what they measure there)
+# column titles where the keys are not tokens (the help above says what they measure there).  Over 2-D patches the
+# previous position is kept and named for what it is, "prev. patch": in raster order it is the left neighbour (at a
+# row start, the last patch of the row above: one query in a row's width), so the column measures the attention to
+# the left neighbour, a positional head type vision towers learn (ViT, CLIP and SigLIP image towers); "prev. token"
+# on a patch axis read as a text statistic that had strayed there.  (Where it means nothing, word i against patch
+# i, cross-image leaves it out.)
 STAT_CONTEXT_TITLES: dict[str, dict[str, str]] = {
+    "patches": {"prev": "prev. patch"},
+    "frames": {"prev": "prev. patch"},
     "audio": {"distance": "mean dist. (s)", "prev": "prev. frame", "first": "first frame"},
     "cross-audio": {"first": "first frame"},
 }

@@ -18,6 +18,10 @@ import numpy as np
 
 TEXT_SCORES_KEY = "text_scores"
 TITLE_CHARS = 40  # a candidate text in a figure's title is cut to this many characters
+SHOWN_MARK = "◀ shown"  # the row the views draw
+# a pair a line (TextScores._pair_lines, the window's narrow Run column): the columns' header and the shown pair's mark
+PAIR_HEADER = "image × text  score"
+PAIR_MARK = "◀"
 # what marks a run's notes about the scores and the texts' padding (printed by extract and figure: run_notes.py)
 SCORE_NOTE_MARKS = ("no score", "zero-shot pipeline pads", "texts were padded with id 0", "padding is attended")
 
@@ -233,16 +237,18 @@ class TextScores:
             return self._table_lines(shown) if table else self._pair_lines(shown)
         names = self.texts if kind == "text" else (self.images or [])
         return [
-            f"{kind} {i}  {s:.3f}  {t}" + ("  ◀ shown" if shown == i and len(self.texts) > 1 else "")
+            f"{kind} {i}  {s:.3f}  {t}" + (f"  {SHOWN_MARK}" if shown == i and len(self.texts) > 1 else "")
             for i, (t, s) in enumerate(zip(names, self.scores))
         ]
 
     def _pair_lines(self, shown: int | None) -> list[str]:
-        """``image 0 × text 1  0.127`` a row, in row order, then each image's and text's name."""
+        """A pair a line, in row order, under a header naming the columns (``image × text  score``, then ``0 × 1
+        0.127``), the shown pair marked ``◀``; then each image's and text's name.  Short lines for the window's
+        narrow Run column: "image 0 × text 1  0.127  ◀ shown" wrapped there, the mark alone on a second line."""
         imgs, txts = self.image_names, self.text_names
         assert self.images is not None
-        rows = [
-            f"image {imgs.index(im)} × text {txts.index(t)}  {s:.3f}" + ("  ◀ shown" if shown == r else "")
+        rows = [PAIR_HEADER] + [
+            f"{imgs.index(im)} × {txts.index(t)}  {s:.3f}" + (f" {PAIR_MARK}" if shown == r else "")
             for r, (im, t, s) in enumerate(zip(self.images, self.texts, self.scores))
         ]
         return rows + [f"image {i}: {n}" for i, n in enumerate(imgs)] + [f"text {j}: {t}" for j, t in enumerate(txts)]

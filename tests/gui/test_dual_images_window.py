@@ -39,6 +39,23 @@ def opened(qtbot, real_window, tmp_path):
     return w, path, images
 
 
+def _lines_drawn(w, key: str) -> int:
+    """How many lines the Run value ``key`` takes wrapped at its column's width (the font's own measure), at the
+    window's default size."""
+    from PySide6.QtCore import QRect, Qt
+    from PySide6.QtGui import QFontMetrics
+
+    w.resize(1400, 900)  # the window's own default size (main_window.py)
+    tree = w.sidebar
+    run = tree.section("Run")
+    item = next(run.child(i) for i in range(run.childCount()) if run.child(i).text(0) == key)
+    style = tree.style()
+    width = tree.header().sectionSize(1) - 2 * (style.pixelMetric(style.PixelMetric.PM_FocusFrameHMargin) + 1)
+    fm = QFontMetrics(tree.font())
+    box = fm.boundingRect(QRect(0, 0, width, 1 << 20), Qt.TextFlag.TextWordWrap, item.text(1))
+    return round(box.height() / fm.lineSpacing())
+
+
 def test_every_image_against_every_text(opened):
     from attnviz.core import view as vm
     from attnviz.core.text_scores import TextScores
@@ -56,7 +73,12 @@ def test_every_image_against_every_text(opened):
     assert want is not None and want.kind == "pair"
     run = w.sidebar.values("Run")
     lines = run["scores"].splitlines()  # a pair a line (the column is too narrow for the table), the first shown
-    assert lines == want.lines(0, table=False) and lines[0] == f"image 0 × text 0  {want.scores[0]:.3f}  ◀ shown"
+    assert lines == want.lines(0, table=False)
+    # a short line a pair under its columns' header, the shown one's short mark on it ("image 0 × text 0  0.139
+    # ◀ shown" wrapped in the narrow column, the mark alone on a second line)
+    assert lines[:2] == ["image × text  score", f"0 × 0  {want.scores[0]:.3f} ◀"]
+    assert "◀ marks the pair shown" in run["rows"]
+    assert _lines_drawn(w, "scores") == len(lines)  # at the window's size, no line wraps in the Run column
     assert f"image 1: {images[1].name}" in lines and f"text 0: {TEXTS[0]}" in lines
     assert "each image's summing to 1" in run["scored by"]
     ctl = w.controls
@@ -71,7 +93,7 @@ def test_every_image_against_every_text(opened):
     axis = w.session.blocks[-1].key_axis
     assert [t for t, p in zip(axis.labels, axis.pad or [False] * len(axis)) if not p] == TEXTS[1].split()
     lines = w.sidebar.values("Run")["scores"].splitlines()
-    assert lines[3].startswith("image 1 × text 1") and lines[3].endswith("◀ shown") and "◀" not in lines[0]
+    assert lines[4] == f"1 × 1  {r.info['text_scores']['scores'][3]:.3f} ◀" and "◀" not in lines[1]
 
 
 def test_export_view_of_a_pair_regenerates(qtbot, opened, tmp_path):

@@ -75,13 +75,13 @@ def test_head_stats_columns_say_what_they_mean_for_the_block(qtbot, real_window)
     w.session.select(block=enc)
     qtbot.waitUntil(lambda: w.stats.table.rowCount() == n_rows[enc] and w.stats._pending is None, timeout=20000)
     heads = _headers(w.stats)
-    assert {"diagonal", "prev. token", "mean dist.", "entropy"} <= set(heads)
-    assert "raster order" in heads["prev. token"] and "patch itself" in heads["diagonal"]
+    assert {"diagonal", "prev. patch", "mean dist.", "entropy"} <= set(heads)  # a patch axis: "patch", not "token"
+    assert "raster order" in heads["prev. patch"] and "patch itself" in heads["diagonal"]
     assert all(tip for tip in heads.values())
     w.session.select(block=cross)
     qtbot.waitUntil(lambda: w.stats._pending is None and w.stats.table.rowCount() == n_rows[cross], timeout=20000)
     heads = _headers(w.stats)
-    assert "entropy" in heads and not {"diagonal", "prev. token", "mean dist."} & set(heads), heads
+    assert "entropy" in heads and not {"diagonal", "prev. token", "prev. patch", "mean dist."} & set(heads), heads
     assert w.stats.columns == ["layer", "head", *[c for c in ("entropy", "first", "special", "max")]]
 
 

@@ -75,6 +75,8 @@ def patch_grid_for(result: AttentionResult, n_keys: int, batch: int = 0) -> Patc
 def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
     """The patch grid a block's keys lie on.  A stage of a hierarchical (Swin) encoder has its own, the result's
     grid (the first stage's: the image's patches) halved per stage; every other block shares the result's."""
+    if blk.tower == "text":  # a dual encoder's text tower: tokens, whatever their count (4 read as 2 x 2 patches)
+        return None
     n_keys = blk_len(blk, 1)
     g = result.token_grid_of(blk.batch)  # a padded batch's rows hold their image tokens at keys of their own
     if g is not None and blk.stack == "decoder" and blk.kind == "self":  # a VLM: the image's run of its own keys

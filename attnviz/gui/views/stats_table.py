@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTab
 from attnviz.app.ablation import head_at
 from attnviz.app.compare import COMPARE_COLUMNS
 from attnviz.core import view as vm
-from attnviz.core.head_stats import compute_stats, stats_context
+from attnviz.core.head_stats import compute_stats, stats_caption, stats_context
 from attnviz.core.stats import ROW_SUM_SHOWN_BELOW, STAT_COLUMNS, stat_columns, with_sink_columns
 from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
@@ -190,7 +190,7 @@ class StatsView(View):
         if key != self._key:
             self._key = key
             self.table.setRowCount(0)
-            self.info.setText(f"{s.block.name}: computing head statistics…")
+            self.info.setText(f"{stats_caption(s.result, s.block)}: computing head statistics…")
             self.workers.cancel()
             w = self.workers.start(compute_stats, s.result, s.block, s.sel.step, kind="stats")
             self._pending = (w.request_id, key)
@@ -239,15 +239,16 @@ class StatsView(View):
                 t.setItem(r, c + 2, NumItem(row[name], text))
         t.setSortingEnabled(True)
         self._fit_columns()
+        caption = stats_caption(self.session.result, self.session.block)  # a dual encoder's: which row's input
         text = (
-            f"{self.session.block.name}: {count(len(rows), 'head')}. Click a column to sort, a row to focus that head, "
+            f"{caption}: {count(len(rows), 'head')}. Click a column to sort, a row to focus that head, "
             "right-click it to switch it off."
         )
         if aligned and self.gold is not None:
             t.sortByColumn(2, Qt.SortOrder.AscendingOrder)  # "which heads align?": best AER first
             g = self.gold
             text = (
-                f"{self.session.block.name}: {count(len(rows), 'head')} ranked by AER against {g['name']} "
+                f"{caption}: {count(len(rows), 'head')} ranked by AER against {g['name']} "
                 f"({g['n_sentences']} pairs, {g['n_gold_links']} gold links, rows = {g['convention']} convention"
                 f"{'; punctuation, which this gold never links, gets no link' if g.get('skip_punctuation') else ''}). "
                 "Click a column to sort, a row to focus that head."
@@ -259,7 +260,7 @@ class StatsView(View):
 
             t.sortByColumn(self.columns.index("within_50ms"), Qt.SortOrder.DescendingOrder)  # best aligner first
             text = (
-                f"{self.session.block.name}: {count(len(rows), 'head')} ranked by word boundaries within 50 ms; "
+                f"{caption}: {count(len(rows), 'head')} ranked by word boundaries within 50 ms; "
                 f"{summary(self.word_times)}. Click a column to sort, a row to focus that head."
             )
         elif self.word_times is not None:

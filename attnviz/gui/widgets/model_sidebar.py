@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWi
 from attnviz.app.rules import model_kind_words
 from attnviz.app.run_facts import BEAM_KEYS, beam_lines, beam_summary, run_fact
 from attnviz.core import view as vm
-from attnviz.core.text_scores import TextScores
+from attnviz.core.text_scores import PAIR_MARK, TextScores
 from attnviz.core.token_counts import token_lines
 from attnviz.core.words import count
 
@@ -68,7 +68,13 @@ def _score_rows(info: dict, shown: int) -> list[tuple[str, object]]:
     elif kind == "image":
         rows.append(("text tower", "one text: its maps are the same for every image"))
     elif kind == "pair":
-        rows.append(("rows", "every image against every text: row r is image r ÷ texts, text r mod texts"))
+        rows.append(
+            (
+                "rows",
+                "every image against every text: row r is image r ÷ texts, text r mod texts; "
+                f"{PAIR_MARK} marks the pair shown",
+            )
+        )
     return rows
 
 
