@@ -13,11 +13,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_dual_images import random_images  # noqa: E402
-from test_dual_scores import _folder  # noqa: E402
+from test_dual_images import random_images
+from test_dual_scores import _folder
 
-from attnviz.core.head_stats import compute_stats, stats_caption, stats_context  # noqa: E402
-from attnviz.core.stats import stat_columns  # noqa: E402
+from attnviz.core.head_stats import compute_stats, stats_caption, stats_context
+from attnviz.core.stats import stat_columns
 
 TEXTS = ["a cat", "a dog ran far"]
 
