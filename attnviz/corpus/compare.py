@@ -191,7 +191,6 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     from attnviz.runtime.commands.common import request_from_args
     from attnviz.runtime.host import prestart
     from attnviz.runtime.inputs import load_feeds
-    from attnviz.runtime.sample import no_input
 
     if getattr(args, "beams", 1) != 1:  # (the input flags are extract's; a beam search's K rows are not compared yet)
         raise AttnvizError(
@@ -211,7 +210,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         flags = ", ".join(given + (["--engine"] if args.engine != "local" else []))
         raise AttnvizError(f"{flags}: for a corpus run; give --texts FILE too, or drop them for one input")
     if args.inputs is None and args.text is None and args.image is None and args.audio is None:
-        raise AttnvizError(no_input(args.model))
+        _sample_input(args)  # model A's own sample input, as `figure MODEL` falls back to it; else the one line
     out = Path(args.out)
     inputs = {
         "model A": args.model,
@@ -273,6 +272,26 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     if drawn:
         print(drawn)
     return 0
+
+
+def _sample_input(args) -> None:
+    """No input given: model A's sample input (``attnviz.sample`` metadata) for both models, said in a note line as
+    ``figure`` says it (both read the one input: B is compared on A's), or the refusal naming what A takes."""
+    from attnviz import AttnvizError
+    from attnviz.core.notice import say
+    from attnviz.runtime.sample import no_input, sample_for_path
+
+    found = sample_for_path(args.model) if Path(str(args.model)).is_file() else None
+    sample = found.values if found is not None else {}
+    if not set(sample) & {"text", "image"}:
+        raise AttnvizError(no_input(args.model))
+    for key in ("text", "text_pair", "image"):
+        if key in sample and getattr(args, key) is None:
+            setattr(args, key, sample[key])
+    if not args.generate and sample.get("generate") is not None:
+        args.generate = int(sample["generate"])
+    assert found is not None
+    say(f"no input given; using model A's sample input for both models ({found.describe()})")
 
 
 def _model_info(path, variant: str | None, sha: str) -> dict:
