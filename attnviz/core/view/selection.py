@@ -85,8 +85,7 @@ def check_vmax(value: Any) -> float | None:
         top = float("nan")
     if isinstance(value, bool) or not (np.isfinite(top) and top > 0):
         raise ViewError(
-            f"vmax {value!r}: the colour scale's top must be a number > 0 (e.g. 0.5); leave it empty for the "
-            "scale's own top",
+            f"vmax {value!r}: the colour scale's top must be a number > 0 (e.g. 0.5), or none for the scale's own top",
             param="vmax",
         )
     return top
