@@ -395,10 +395,11 @@ def _layout_env(layout: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def slow_corpus(tmp_path_factory) -> tuple[list[str], Path]:
+def slow_corpus(tmp_path_factory) -> tuple[list[str], Path, float]:
     """The slow corpus's arguments and the folder of its uninterrupted run (the process layout, the CPU default):
     one run for both layouts' tests, whose resumed runs must write its bytes (the threads layout writes the process
-    layout's bytes: tests/corpus/test_layouts.py; before, each test ran its own layout's whole corpus for them)."""
+    layout's bytes: tests/corpus/test_layouts.py; before, each test ran its own layout's whole corpus for them),
+    and the CPU seconds a worker of that run spent from the first batch's fold to its end (a long batch's)."""
     folder = tmp_path_factory.mktemp("slow-corpus")
     args = _slow_corpus(folder)
     whole = folder / "whole"
