@@ -366,6 +366,7 @@ def run(args) -> int:
     app = make_app()
     if args.screenshot:
         quiet_plugin_limits()
+    from attnviz.gui import main_window
     from attnviz.gui.main_window import MainWindow
     from attnviz.gui.screenshot import ScreenshotTaker
 
@@ -430,7 +431,7 @@ def run(args) -> int:
     win.workers.cancel()
     # a closed window (app.quit closes it in Qt 6, Ctrl-C closes it) already gave its jobs 5 s: a stuck one is only
     # asked again whether it is done, not waited for another 5 s (`open --screenshot` past its time took 10 s more)
-    grace = 0 if win.waited_on_close else 5000
+    grace = 0 if win.waited_on_close else main_window.CLOSE_GRACE_MS
     stuck = not (win.workers.wait(grace) and win.stats.workers.wait(min(grace, 1000)))
     if scratch is not None:
         drop_scratch(scratch)

@@ -65,6 +65,7 @@ from attnviz.runtime.request import AnalyzeRequest
 MAX_RECENT = 10
 REOPENED = ("text", "text_pair", "image", "generate", "audio", "beams")  # the input fields open_model takes
 DOCK_FLOOR = 240  # px a dock keeps when the view tabs need its width (_fit_tabs)
+CLOSE_GRACE_MS = 5000  # how long a closing window (and `open --screenshot` after it) waits for its running jobs
 # the window opens models with this (a module global, so a test can swap it for a stuck one)
 _default_opener = open_model_ready
 
@@ -938,8 +939,8 @@ class MainWindow(QMainWindow):
         self.settings.setValue("window/state", self.saveState())
         self.settings.sync()
         self.workers.cancel()
-        self.workers.wait(5000)
-        self.stats.workers.wait(5000)
+        self.workers.wait(CLOSE_GRACE_MS)
+        self.stats.workers.wait(CLOSE_GRACE_MS)
         self.waited_on_close = True  # its jobs had their grace: gui/command.py does not wait for a stuck one again
         if self.error_box is not None:
             self.error_box.close()

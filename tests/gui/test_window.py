@@ -310,7 +310,8 @@ def test_newer_request_supersedes_older(qtbot, window, files):
     window.inputs.set_values(text="second")
     window.inputs.run_button.click()
     qtbot.waitUntil(lambda: bool(shown), timeout=10000)
-    qtbot.wait(600)  # the first run also finishes; it must be dropped
+    assert window.workers.wait(10000)  # the first run also finishes (or stops); it must be dropped
+    QApplication.processEvents()  # (its result, had it been sent, is delivered here)
     assert shown == ["second"]
     assert window.head_map.session.result.tokens.labels[1] == "second"
 
@@ -324,7 +325,8 @@ def test_cancel_keeps_window_responsive(qtbot, window, files):
     qtbot.mouseClick(window.inputs.cancel_button, Qt.LeftButton)
     assert window.statusBar().currentMessage() == "Cancelled."
     QApplication.processEvents()  # the GUI thread is free while the worker still runs
-    qtbot.wait(700)
+    assert window.workers.wait(10000)  # the cancelled run ends; what it sends is not shown
+    QApplication.processEvents()
     assert window.session.result is before
 
 

@@ -62,10 +62,11 @@ def test_installed_wheel_opens_the_demos_outside_the_checkout(wheel, tmp_path):
     venv = tmp_path / "venv"
     # sees the test run's packages (numpy, onnxruntime, PySide6) even when the run itself is in a venv; the wheel
     # installed into it comes first on its path, so the checkout's editable attnviz stays out
-    py = child_venv.create(venv)
+    # no pip of its own (ensurepip: 4 s of CPU): the running pip installs into it (``pip --python``, pip >= 22.3)
+    py = child_venv.create(venv, with_pip=False)
     bindir = py.parent
     r = subprocess.run(
-        [str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", str(wheel)],
         capture_output=True,
         text=True,
         timeout=300,
