@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None, *, leave: bool = False) -> int:
     is the process's last act (``python -m attnviz``), so after a command that allows it it ends the process
     itself (:func:`_leave_at_once`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    calm_blas()
     # plain `attnviz` (or `attnviz MODEL.onnx --text ...`, `attnviz --screenshot x.png`): the app
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         meant = _misspelt_command(argv[0]) if argv else None
@@ -204,6 +205,19 @@ def main(argv: list[str] | None = None, *, leave: bool = False) -> int:
     if at_once:
         _leave_at_once(code)
     return code
+
+
+# OpenBLAS's worker threads spin for 2**28 cycles (~0.1 s) after each call before they sleep: attnviz's numpy
+# products are one-offs between waits (an on-demand head's Q·Kᵀ, in four chunks, each followed by the isolation child's
+# epilogue), so at 4,096 tokens a head cost the window 155 ms of CPU where the product took 45, and on two cores the
+# spinning thread held the core the child needed.  2**16 cycles (~20 us) still covers back-to-back calls.
+BLAS_SPIN_ENV, BLAS_SPIN = "OPENBLAS_THREAD_TIMEOUT", "16"
+
+
+def calm_blas() -> None:
+    """Shorten OpenBLAS's spin (:data:`BLAS_SPIN_ENV`) for this process and its children, unless the user set it.
+    Read once, where numpy loads OpenBLAS: so before numpy's import (no command imports it before this)."""
+    os.environ.setdefault(BLAS_SPIN_ENV, BLAS_SPIN)
 
 
 def _misspelt_command(word: str) -> str | None:

@@ -1,10 +1,20 @@
 """GUI benchmark: time to switch head and to redraw the full overview, 6 layers x 12 heads.
 
     QT_QPA_PLATFORM=offscreen python bench/gui_bench.py [--tokens 128 512] [--repeats 15]
+    QT_QPA_PLATFORM=offscreen python bench/gui_bench.py --ondemand 4096 [--other-root DIR] [--rounds 3]
 
 Synthetic softmax maps (the drawing cost does not depend on where the numbers came from).
 Each timing includes the numpy work, the pyqtgraph item updates and a synchronous repaint of
 the view's viewport.  Targets: head switch <= 16 ms, full overview redraw <= 150 ms.
+
+``--ondemand T``: the row "head switch on demand T" instead: all-MiniLM-L6-v2 exported with its position table
+tiled to T (bench/engine_bench.export_minilm), run on T tokens with the maps kept per head (``open --memory
+ondemand``: each head recomputed from Q and Kᵀ, its epilogue in the isolation child), Token links shown, then
+layer 2's heads switched one after another, each switch drawn (the view model's links, a synchronous paint of
+the viewport).  Per switch: wall, CPU of the window's process, CPU of the isolation child (/proc).  A fresh
+process a row and round; ``--other-root`` (a tree from ``git archive``) runs the same rows on that code,
+interleaved round by round, order alternating; OpenBLAS's spin set as ``attnviz``'s command line sets it
+(cli.calm_blas, where the tree has it).
 """
 
 from __future__ import annotations
@@ -50,11 +60,105 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(out)
 
 
+ONDEMAND_CHILD = r"""
+import json, os, sys, time
+root, bench, model, t, switches = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+sys.path[:0] = [root, bench]
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+import attnviz.cli as cli
+getattr(cli, "calm_blas", lambda: None)()  # what `attnviz open` does before numpy loads (a tree without it: none)
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
+from attnviz.app.jobs import open_model_ready
+from attnviz.gui.app import make_app
+from attnviz.gui.main_window import MainWindow
+from engine_bench import feeds
+assert __import__("attnviz").__file__.startswith(root)
+def child_cpu():
+    total = 0.0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(st[1]) == os.getpid():
+                total += (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+app = make_app()
+win = MainWindow(opener=lambda *a, **k: None, settings=QSettings(os.devnull, QSettings.IniFormat))
+win.resize(1400, 900)
+win.show()
+m = open_model_ready(model, provider="cpu", probe=False)
+res = m.run(feeds(t), mode="ondemand")
+win._show_result(res)
+win.select_view("links")
+win.session.select(mode="head", layer=2, head=0)
+app.processEvents()
+out = []
+for h in range(1, switches + 1):
+    c0, k0, w0 = time.process_time(), child_cpu(), time.perf_counter()
+    win.session.select(head=h % 12)
+    QApplication.processEvents()  # (the paint)
+    out.append((time.perf_counter() - w0, time.process_time() - c0, child_cpu() - k0))
+print(json.dumps([out, type(res.maps[2]).__name__]))
+"""
+
+
+def ondemand_rows(tokens: int, rounds: int, switches: int, other: str | None) -> int:
+    """The row "head switch on demand ``tokens``" (see the module's text), this tree and ``other``'s."""
+    import json
+    import subprocess
+    import tempfile
+
+    from engine_bench import export_minilm
+
+    here = str(Path(__file__).resolve().parents[1])
+    roots = {"this tree": here, **({"other": str(Path(other).resolve())} if other else {})}
+    got: dict[str, list] = {k: [] for k in roots}
+    kinds: dict[str, set] = {k: set() for k in roots}
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", "PYTHONPATH")}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = export_minilm(Path(tmp), tokens)
+        print(f"load average at start: {os.getloadavg()[0]:.1f}")
+        for r in range(rounds):
+            for name in list(roots) if r % 2 == 0 else list(roots)[::-1]:
+                done = subprocess.run(
+                    [sys.executable, "-c", ONDEMAND_CHILD, roots[name], str(Path(__file__).parent), str(model)]
+                    + [str(tokens), str(switches)],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    check=True,
+                )
+                rows, kind = json.loads(done.stdout.strip().splitlines()[-1])
+                got[name] += rows
+                kinds[name].add(kind)
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    print(f"head switch on demand {tokens} (Token links, MiniLM layer 2; {rounds} rounds x {switches} switches)")
+    print(f"{'tree':>10} | {'wall median':>11} | {'window CPU':>10} | {'child CPU':>9} | {'CPU in all':>10} | maps")
+    for name, rows in got.items():
+        med = [statistics.median(x[i] for x in rows) * 1000 for i in range(3)]
+        cpu = statistics.median((x[1] + x[2]) for x in rows) * 1000
+        print(
+            f"{name:>10} | {med[0]:>8.0f} ms | {med[1]:>7.0f} ms | {med[2]:>6.0f} ms | {cpu:>7.0f} ms"
+            f" | {' / '.join(sorted(kinds[name]))}"
+        )
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, nargs="+", default=[128, 512])
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--ondemand", type=int, default=None, metavar="T", help="the on-demand head switch row at T tokens")
+    ap.add_argument("--other-root", default=None, help="with --ondemand: a tree (git archive) run interleaved")
+    ap.add_argument("--rounds", type=int, default=3, help="with --ondemand: interleaved rounds")
+    ap.add_argument("--switches", type=int, default=8, help="with --ondemand: head switches a round")
     args = ap.parse_args(argv)
+    if args.ondemand:
+        sys.path.insert(0, str(Path(__file__).parent))
+        return ondemand_rows(args.ondemand, args.rounds, args.switches, args.other_root)
 
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication

@@ -25,9 +25,12 @@ def open_model_ready(
     ``probe=False`` when a real run follows at once (the window always runs the given or a sample input after
     opening): that run settles labels and head counts, so a dummy run before it would only double the wait."""
     from attnviz.runtime import open_model
+    from attnviz.runtime.device import asks_cuda
     from attnviz.runtime.host import prestart
 
-    prestart()  # the isolation child loads onnxruntime while the graph is read and its attention found
+    # the isolation child loads onnxruntime while the graph is read and its attention found, and where the
+    # sessions will ask for CUDA makes the device's context meanwhile, as extract's child does (runtime/cuda_warm.py)
+    prestart(cuda=asks_cuda(path, provider))
     m = open_model(path, provider=provider, tokenizer=tokenizer, variant=variant)
     if not m.sites:
         return m  # nothing to run; the window explains why

@@ -89,11 +89,18 @@ def running() -> bool:
         return _host is not None and _host.alive
 
 
-def prestart() -> None:
+def prestart(cuda: bool = False) -> None:
     """Start the child now, so that its interpreter and onnxruntime load while this process is still reading
     and instrumenting the model (a command that will run a model calls this first: the child's start-up,
-    ~0.2 s, then overlaps the parent's work instead of following it)."""
+    ~0.2 s, then overlaps the parent's work instead of following it).  ``cuda``: the model's sessions will ask
+    for CUDA (:func:`attnviz.runtime.device.asks_cuda`), so a child started here makes the device's context on a
+    thread from its start, as :func:`~attnviz.runtime.child_start.start_early`'s does (runtime/cuda_warm.py); a
+    child already running keeps its own (its first CUDA session makes the context)."""
     if isolated():
+        if cuda and not running():
+            from attnviz.runtime.child_start import start_early
+
+            start_early(cuda=True)  # taken over just below (ChildProcess: take_early)
         _current_host()
 
 

@@ -1,5 +1,5 @@
-"""Token links' choice of links (screen and figure alike), computed per row by a partition (a long map's head
-switch sorted every row of the map in full: 0.2 s at 2,048 tokens, 1.6 s at 4,096) against the rule written out
+"""Token links' choice of links (screen and figure alike), narrowed by block maxima and a sort of the candidates (a
+long map's head switch sorted every row of the map in full: 0.2 s at 2,048 tokens, 1.6 s at 4,096) against the rule written out
 here row by row with Python's own stable sort: per row the 12 largest weights (equal weights: the leftmost first,
 NaN never), those of at least 5 % of the reference, row by row and each row's columns in order, with their shade.
 The cut's reference and shade: the map's top weight for both ("map"), or the row's own largest number and its
@@ -64,7 +64,32 @@ def _maps():
     nans[5, :] = np.nan
     nans[6, 190:] = np.nan  # NaN beside the row's numbers: the top 12 numbers, never a NaN
     narrow = _softmax(rng.standard_normal((9, 5)))  # fewer keys than links a row
-    return {"causal": causal, "peaked": peaked, "flat": flat, "ties": ties, "nans": nans, "narrow": narrow}
+    # links.py narrows each row by the maxima of blocks of every (n // 16)-th column, then looks only in the blocks
+    # that can hold a link: widths around 16 × 12 keys (a short row has too few blocks), a tail of n % 16 keys (a
+    # block of its own), a whole block NaN, equal weights across blocks, negative weights and -0.0 (the sort key),
+    # float16, and maps not laid out row by row
+    wide = {n: _softmax(rng.standard_normal((24, n)) * 3) for n in (191, 192, 193, 213, 257)}
+    blocky = _softmax(rng.standard_normal((30, 260)) * 2)
+    blocky[:, 3::16] = np.nan  # (260 // 16 = 16 blocks: block 3 is columns 3, 19, 35, ...)
+    blocky[4, :] = rng.integers(0, 3, 260) / 8  # ties between the blocks
+    signed = (rng.standard_normal((20, 230)) * 0.1).astype(np.float32)
+    signed[2, :] = -np.abs(signed[2]) - 0.01  # a row of negative weights: no reference, no links against itself
+    signed[3, :100] = -0.0
+    return {
+        "causal": causal,
+        "peaked": peaked,
+        "flat": flat,
+        "ties": ties,
+        "nans": nans,
+        "narrow": narrow,
+        **{f"wide{n}": m for n, m in wide.items()},
+        "blocky": blocky,
+        "signed": signed,
+        "negative": -np.abs(signed) - 0.01,  # its top is negative: against it (map) each row's 12 largest are taken
+        "half": _softmax(rng.standard_normal((16, 300)) * 3).astype(np.float16),
+        "columns": np.asfortranarray(peaked),
+        "strided": _softmax(rng.standard_normal((20, 410)) * 3)[:, 3:400],
+    }
 
 
 @pytest.mark.parametrize("cut", ["map", "row"])

