@@ -17,6 +17,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.notice import say
+from attnviz.core.numbers import whole
 from attnviz.core.quoted import quoted
 from attnviz.figures.spec import (
     AGGREGATES,
@@ -73,7 +74,7 @@ _SPEC_ARGS = (
 
 def _heads(text: str) -> list[int]:
     try:
-        out = [int(t) for t in text.split(",") if t.strip() != ""]
+        out = [whole(t) for t in text.split(",") if t.strip() != ""]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"head must be a number or a comma list like 0,3,5, not {quoted(text)}"
@@ -85,7 +86,7 @@ def _heads(text: str) -> list[int]:
 
 def _layer_range(text: str) -> tuple[int, int]:
     try:
-        lo, hi = (int(t) for t in text.split("-", 1))
+        lo, hi = (whole(t) for t in text.split("-", 1))
     except ValueError:
         raise argparse.ArgumentTypeError(f"layer range must look like 2-5, not {quoted(text)}") from None
     return lo, hi
@@ -93,10 +94,10 @@ def _layer_range(text: str) -> tuple[int, int]:
 
 def _span(text: str) -> list[int]:
     try:
-        lo, hi = (int(t) for t in text.split("-", 1))
+        lo, hi = (whole(t) for t in text.split("-", 1))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"positions must look like 300-399 (whole numbers, counted from 0), not {quoted(text)}"
+            f"positions must look like 300-399 (whole numbers in the digits 0-9, counted from 0), not {quoted(text)}"
         ) from None
     return [lo, hi]
 
@@ -338,8 +339,8 @@ def _spec_overrides(args) -> dict:
             else:
                 d["head"], d["heads"] = None, v
             continue
-        if k == "block" and isinstance(v, str) and v.strip().isdigit():
-            v = int(v)
+        if k == "block" and isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
+            v = int(v)  # (ASCII digits only: '٣'.isdigit() is true, and int() reads it as 3)
         d[k] = v
     if getattr(args, "layers", None) is not None:
         if args.layer is not None:

@@ -341,7 +341,9 @@ def run(args) -> int:
 
         regular_file(args.tokenizer, "--tokenizer")
     try:
-        w, h = (int(x) for x in args.size.lower().split("x"))
+        from attnviz.core.numbers import whole
+
+        w, h = (whole(x) for x in args.size.lower().split("x"))
     except ValueError:
         raise AttnvizError(f"--size {args.size}: use WxH, e.g. 1400x900") from None
     if not (0 < w <= MAX_WINDOW_SIDE and 0 < h <= MAX_WINDOW_SIDE):
