@@ -57,6 +57,7 @@ _FIX = "correct it, or write the recipe again with 'attnviz figure ... --out F'"
 # drew a different figure without a word); the view's keys are FigureSpec's fields, an unknown one refused
 _INPUT_KEYS = ("text", "texts", "text_pair", "image", "images", "audio", "feeds", "tokenizer", "generate")
 READ_KEYS = {"inputs": _INPUT_KEYS, "options": tuple(_SECTION_TYPES["options"])}
+MAX_KEYS_SAID = 8
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: --all-heads hashes a model once
@@ -299,20 +300,22 @@ def unread_keys_note(r: dict, name: str) -> str | None:
 
     from attnviz.core.quoted import quoted
 
+    unknown = [(sec, str(key)) for sec, keys in READ_KEYS.items() for key in r.get(sec) or {} if key not in keys]
+    if not unknown:
+        return None
     near = [f"{sec}.{k}" for sec, keys in READ_KEYS.items() for k in keys] + [f"view.{f}" for f in _VIEW_FIELDS]
     said = []
-    for sec, keys in READ_KEYS.items():
-        for key in r.get(sec) or {}:
-            if key not in keys:
-                meant = difflib.get_close_matches(str(key), [n.split(".", 1)[1] for n in near], n=1, cutoff=0.6)
-                hint = next((n for n in near if meant and n.endswith("." + meant[0])), None)
-                shown_key = key if str(key).isidentifier() and len(key) <= 40 else quoted(str(key), 40)
-                said.append(f"{sec}.{shown_key}" + (f" (did you mean {hint}?)" if hint else ""))
-    if not said:
-        return None
+    for sec, key in unknown[:MAX_KEYS_SAID]:  # (a recipe of 10,000 made-up keys: the note stays one line)
+        meant = difflib.get_close_matches(key[:100], [n.split(".", 1)[1] for n in near], n=1, cutoff=0.6)
+        hint = next((n for n in near if meant and n.endswith("." + meant[0])), None)
+        shown_key = key if key.isidentifier() and len(key) <= 40 else quoted(key, 40)
+        said.append(f"{sec}.{shown_key}" + (f" (did you mean {hint}?)" if hint else ""))
+    n = len(unknown)
+    if n > MAX_KEYS_SAID:
+        said.append(f"and {n - MAX_KEYS_SAID:,} more")
     return (
-        f"{name}: {', '.join(said)} not read (no such recipe key{'s' if len(said) > 1 else ''}); the figure is drawn "
-        f"without {'them' if len(said) > 1 else 'it'}: correct the key or drop it"
+        f"{name}: {', '.join(said)} not read (no such recipe key{'s' if n > 1 else ''}); the figure is drawn "
+        f"without {'them' if n > 1 else 'it'}: correct the key or drop it"
     )
 
 

@@ -9,6 +9,7 @@ turns it into a selection once.  Matplotlib-free, so the CLI parser and the GUI 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
@@ -121,8 +122,8 @@ def check_style(st) -> None:
         raise AttnvizError(f"dpi {st.dpi} is out of range; use 10..2400")
     if not (3 <= float(st.font_size) <= 30):
         raise AttnvizError(f"font size {st.font_size} is out of range; use 3..30 pt")
-    if st.vmax is not None and not float(st.vmax) > 0:
-        raise AttnvizError(f"vmax {st.vmax} must be > 0")
+    if st.vmax is not None and not 0 < float(st.vmax) < math.inf:  # inf drew every weight in the lowest colour
+        raise AttnvizError(f"vmax {st.vmax} must be > 0 (and finite)")
     for flag, span in (("--span", st.span), ("--key-span", st.key_span)):
         check_span(flag, span)
     if st.title is not None and len(st.title) > MAX_TITLE_CHARS:
