@@ -71,19 +71,18 @@ def ran(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize(
-    "case, line",
+    "case, words",
     [
-        ("vmax inf", "attnviz: error: vmax inf must be > 0 (and finite)"),
-        ("vmax 1e400", "attnviz: error: vmax inf must be > 0 (and finite)"),
+        ("vmax inf", ("attnviz: error: vmax inf", "> 0")),
+        ("vmax 1e400", ("attnviz: error: vmax inf", "> 0")),
         # (a recipe's Infinity was refused already, by the recipe's type check)
-        ("recipe vmax Infinity", "attnviz: error: inf.json: view.vmax is Infinity; give a number or null (correct "
-         "it, or write the recipe again with 'attnviz figure ... --out F')"),
+        ("recipe vmax Infinity", ("attnviz: error: inf.json: view.vmax is Infinity; give a number or null",)),
     ],
-)  # fmt: skip
-def test_infinite_vmax_refused(ran, case, line):
+)
+def test_infinite_vmax_refused(ran, case, words):
     rc, err = ran[case]
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert rc == 2 and lines == [line], err
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith(words[0]) and all(w in lines[0] for w in words), err
     assert not (ran["root"] / "a.png").exists()
 
 
