@@ -22,6 +22,7 @@ from attnviz import AttnvizError, __version__
 from attnviz.core.interrupts import TERMINATED_EXIT, Terminated, terminate_as_interrupt, terminated
 from attnviz.core.leaving import set_leaves_at_once
 from attnviz.core.limits import set_memory_cap
+from attnviz.core.numbers import strict_numbers
 from attnviz.core.text_file import text_from_file
 from attnviz.core.writes import command_scope
 
@@ -135,6 +136,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             help="refuse a run whose memory, estimated from shapes before it starts, is over GB "
             "(default: half of this machine's RAM; also ATTNVIZ_MAX_MEMORY)",
         )
+        strict_numbers(sp)  # every number flag in ASCII digits: int() took '1_0' as 10 and '٣' as 3 (core/numbers)
         sp.set_defaults(
             _run=mod.run,
             _parser=sp,

@@ -71,8 +71,10 @@ def heads_shown(text: str) -> int:
     (compare) or all but the last |K| (ablate's slice), with exit 0."""
     import argparse
 
+    from attnviz.core.numbers import whole
+
     try:
-        k = int(text)
+        k = whole(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of heads (e.g. 5)") from None
     if k < 0:

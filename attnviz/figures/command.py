@@ -17,6 +17,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.notice import say
+from attnviz.core.numbers import whole
 from attnviz.core.quoted import quoted
 from attnviz.figures.spec import (
     AGGREGATES,
@@ -73,7 +74,7 @@ _SPEC_ARGS = (
 
 def _heads(text: str) -> list[int]:
     try:
-        out = [int(t) for t in text.split(",") if t.strip() != ""]
+        out = [whole(t) for t in text.split(",") if t.strip() != ""]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"head must be a number or a comma list like 0,3,5, not {quoted(text)}"
@@ -85,7 +86,7 @@ def _heads(text: str) -> list[int]:
 
 def _layer_range(text: str) -> tuple[int, int]:
     try:
-        lo, hi = (int(t) for t in text.split("-", 1))
+        lo, hi = (whole(t) for t in text.split("-", 1))
     except ValueError:
         raise argparse.ArgumentTypeError(f"layer range must look like 2-5, not {quoted(text)}") from None
     return lo, hi
@@ -93,10 +94,10 @@ def _layer_range(text: str) -> tuple[int, int]:
 
 def _span(text: str) -> list[int]:
     try:
-        lo, hi = (int(t) for t in text.split("-", 1))
+        lo, hi = (whole(t) for t in text.split("-", 1))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"positions must look like 300-399 (whole numbers, counted from 0), not {quoted(text)}"
+            f"positions must look like 300-399 (whole numbers in the digits 0-9, counted from 0), not {quoted(text)}"
         ) from None
     return [lo, hi]
 
@@ -338,8 +339,8 @@ def _spec_overrides(args) -> dict:
             else:
                 d["head"], d["heads"] = None, v
             continue
-        if k == "block" and isinstance(v, str) and v.strip().isdigit():
-            v = int(v)
+        if k == "block" and isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
+            v = int(v)  # (ASCII digits only: '٣'.isdigit() is true, and int() reads it as 3)
         d[k] = v
     if getattr(args, "layers", None) is not None:
         if args.layer is not None:
@@ -441,6 +442,13 @@ def _pick_row(result, row: int | None):
         raise AttnvizError(f"--batch-index {row}: {held} 0..{max(n, 1) - 1}; pick one of them") from None
 
 
+def _unread_flags(args, view: str) -> str | None:
+    """The note naming the view flags typed that ``view`` does not read (core.view_flags), or None."""
+    from attnviz.core.view_flags import VIEW_FLAGS, unread_note
+
+    return unread_note(view, [f.dest for f in VIEW_FLAGS if getattr(args, f.dest, None) is not None])
+
+
 def _positional_file(args) -> None:
     """``attnviz figure MAPS.npz`` / ``attnviz figure R.json``: what the file is says what it is for (a model is never
     a .npz or a .json, and ``attnviz open MAPS.npz`` opens maps the same way) — else the maps of ``extract`` were
@@ -457,7 +465,7 @@ def _positional_file(args) -> None:
 
 def run(args) -> int:
     from attnviz.core.writes import guard
-    from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for
+    from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, unread_keys_note
     from attnviz.figures.render import figure_format, render_spec, save_figure, save_figure_and_recipe
     from attnviz.figures.select import block_label, resolve_block
     from attnviz.figures.sources import load_result
@@ -468,11 +476,13 @@ def run(args) -> int:
     src = _sources_from_args(args)
     spec_d: dict = {}
     recipe_out_default = None
+    said_later: list[str | None] = []  # notes said once the figure is drawn (a refusal is its one line alone)
     if args.recipe:
         given = [flag for flag, value in _recipe_clashes(args) if value]
         if given:  # named as typed: '--text' for a --text-file (read into args.text) sent the user looking for one
             raise AttnvizError(f"--recipe already names the model and inputs; drop {', '.join(given)}")
         r = load_recipe(args.recipe)
+        said_later.append(unread_keys_note(r, Path(args.recipe).name))
         src = _sources_from_recipe(r, args)
         spec_d = dict(r["view"])
         if r.get("output"):
@@ -560,10 +570,12 @@ def run(args) -> int:
     for warning in fidelity:  # as extract says it (the export lacks part of the model's eager attention)
         say(warning, "warning")
 
+    said_later.append(_unread_flags(args, spec.view))
     if not args.all_heads:
         fig = render_spec(result, spec)
-        if note:
-            say(note)
+        for line in (note, *said_later):
+            if line:
+                say(line)
         path = Path(out)
         rpath = None if args.no_recipe else Path(args.recipe_out) if args.recipe_out else recipe_path_for(path)
         if rpath is None or (args.recipe and Path(args.recipe).resolve() == rpath.resolve()):
@@ -575,8 +587,9 @@ def run(args) -> int:
         return 0
 
     bi, block = resolve_block(result, spec.block)
-    if note:
-        say(note)
+    for line in (note, *said_later):
+        if line:
+            say(line)
     folder, prefix, fmt = _all_heads_targets(out, args.format, spec.view, block_label(block))
     from attnviz.core.writes import make_folder
 

@@ -48,10 +48,16 @@ _SECTION_TYPES: dict[str, dict] = {
         "batch_index": int | None,
         "max_seconds": float | None,
         "variant": str | None,
+        "beams": int | None,
     },
     "output": {"path": str | None, "format": str | None},
 }
 _FIX = "correct it, or write the recipe again with 'attnviz figure ... --out F'"
+# the keys read from the sections a hand edit may add to: any other is named in a note (a typo like "max_token"
+# drew a different figure without a word); the view's keys are FigureSpec's fields, an unknown one refused
+_INPUT_KEYS = ("text", "texts", "text_pair", "image", "images", "audio", "feeds", "tokenizer", "generate")
+READ_KEYS = {"inputs": _INPUT_KEYS, "options": tuple(_SECTION_TYPES["options"])}
+MAX_KEYS_SAID = 8
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: --all-heads hashes a model once
@@ -285,3 +291,32 @@ def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
         raise AttnvizError(f"{path}: the recipe names no model or maps file")
     r["view"] = FigureSpec.from_dict(r.get("view") or {}).to_dict()
     return r
+
+
+def unread_keys_note(r: dict, name: str) -> str | None:
+    """The note naming the keys of a loaded recipe's ``inputs`` and ``options`` that nothing reads (a typo, or a
+    key of another section), each with the key it is nearest to; None when every key is read."""
+    import difflib
+
+    from attnviz.core.quoted import quoted
+
+    unknown = [(sec, str(key)) for sec, keys in READ_KEYS.items() for key in r.get(sec) or {} if key not in keys]
+    if not unknown:
+        return None
+    near = [f"{sec}.{k}" for sec, keys in READ_KEYS.items() for k in keys] + [f"view.{f}" for f in _VIEW_FIELDS]
+    said = []
+    for sec, key in unknown[:MAX_KEYS_SAID]:  # (a recipe of 10,000 made-up keys: the note stays one line)
+        meant = difflib.get_close_matches(key[:100], [n.split(".", 1)[1] for n in near], n=1, cutoff=0.6)
+        hint = next((n for n in near if meant and n.endswith("." + meant[0])), None)
+        shown_key = key if key.isidentifier() and len(key) <= 40 else quoted(key, 40)
+        said.append(f"{sec}.{shown_key}" + (f" (did you mean {hint}?)" if hint else ""))
+    n = len(unknown)
+    if n > MAX_KEYS_SAID:
+        said.append(f"and {n - MAX_KEYS_SAID:,} more")
+    return (
+        f"{name}: {', '.join(said)} not read (no such recipe key{'s' if n > 1 else ''}); the figure is drawn "
+        f"without {'them' if n > 1 else 'it'}: correct the key or drop it"
+    )
+
+
+_VIEW_FIELDS = tuple(FigureSpec.__dataclass_fields__)

@@ -8,12 +8,17 @@ Every range problem is an :class:`AttnvizError` that names the valid range.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import audio_view, view
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.figures.spec import FigureSpec
+
+# a block given by index: ASCII digits (str.isdigit() passes "٣", which int() reads as 3)
+_INDEX = re.compile(r"-?[0-9]+")
 
 
 def block_label(block: Block) -> str:
@@ -39,7 +44,7 @@ def resolve_block(result: AttentionResult, block: int | str | None, default: int
     valid = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
     if block is None:
         return default, blocks[default]
-    if isinstance(block, (int, np.integer)) or (isinstance(block, str) and block.strip().lstrip("-").isdigit()):
+    if isinstance(block, (int, np.integer)) or (isinstance(block, str) and _INDEX.fullmatch(block.strip())):
         i = int(block)
         if not 0 <= i < len(blocks):
             raise AttnvizError(f"block {i} is out of range; this model has blocks {valid}", param="block")

@@ -23,6 +23,7 @@ from attnviz.core.view import (
     FramesKey,
     check_vmax,
 )
+from attnviz.core.view_flags import views_reading
 from attnviz.core.view_names import FIGURE_VIEWS
 
 # figure view (core.view_names) -> one-line description (the renderer's registry in views.py has the same keys)
@@ -37,8 +38,9 @@ VIEW_HELP = {
 }
 VIEWS = FIGURE_VIEWS  # VIEW_HELP describes each, in this order (tests/core/test_view_names.py)
 
-# the views that draw a map of positions, which --span / --key-span cut a window of
-SPAN_VIEWS = ("heatmap", "alignment")
+# the views that draw a map of positions, which --span / --key-span cut a window of (core.view_flags: which view
+# reads which flag)
+SPAN_VIEWS = views_reading("span")
 # column widths of common two-column paper templates, inches
 WIDTH_PRESETS = {"single": 3.5, "double": 7.16}
 AGGREGATES = ("mean", "max", "min", "rollout")

@@ -187,6 +187,51 @@ def input_values(args) -> dict:
     return values
 
 
+# the input flags (as typed) a model run reads, and nothing else: the window's input panel
+_INPUT_FLAGS = {"text": "--text", "text_pair": "--text-pair", "image": "--image", "audio": "--audio",
+                "generate": "--generate", "beams": "--beams", "tokenizer": "--tokenizer", "max_tokens": "--max-tokens",
+                "max_seconds": "--max-seconds", "variant": "--variant"}  # fmt: skip
+# what is opened without a model run, by rules.file_kind: the inputs given would be dropped without a word
+_NO_RUN = {
+    "maps": "holds attention maps already computed (by 'attnviz extract'); no model runs",
+    "corpus": "is a corpus run's results, already computed; no model runs",
+}
+
+
+def _inputs_read(args, target) -> None:
+    """AttnvizError where input flags are given and no model runs on them (``open MAPS.npz --text-file F``, or no
+    demo model bundled): the window opened the maps and dropped them without a word.  ``figure --maps M --text T``
+    refuses them alike."""
+    from attnviz import AttnvizError
+    from attnviz.app.rules import file_kind
+
+    given = [flag for dest, flag in _INPUT_FLAGS.items() if getattr(args, dest, None) is not None]
+    if getattr(args, "text_file", None) is not None:  # read into args.text (cli.text_from_file): named as typed
+        given = ["--text-file" if flag == "--text" else flag for flag in given]
+    if not given:
+        return
+    if target is None:
+        raise AttnvizError(f"no model to run {', '.join(given)} on (the bundled demo models are missing); pass a MODEL")
+    try:
+        kind = file_kind(target)
+    except AttnvizError:
+        return  # the window names what it cannot open, as without inputs
+    if kind in _NO_RUN:
+        raise AttnvizError(f"{target.name} {_NO_RUN[kind]}; drop {', '.join(given)}")
+
+
+def _unread_flags(args) -> str | None:
+    """The note naming the view flags given that the opening tab (``--view``) does not show (core.view_flags); None
+    without ``--view``: the flags set the window's state, which the tabs that read them show."""
+    from attnviz.core.view_flags import VIEW_FLAGS, unread_note
+    from attnviz.core.view_names import view_key
+
+    key = view_key(args.view) if args.view else None
+    if key is None:
+        return None
+    return unread_note(key, [f.dest for f in VIEW_FLAGS if getattr(args, f.dest, None) is not None], window=True)
+
+
 def focus_from_args(args) -> dict:
     """The selection ``--block/--layer/--head/--aggregate/--frame/--picture/...`` ask for, as the keywords of
     ``session.select``; what is not given stays the window's default.  Layer ranges as ``figure`` reads the same
@@ -315,6 +360,7 @@ def run(args) -> int:
         why = missing(target)  # (a link that leads nowhere says so, and what to do, itself)
         kinds = "; give an .onnx model, an image, an .npz file or corpus results" if why == "no such file" else ""
         raise AttnvizError(hub_name_hint(target) or f"{target}: {why}{kinds}")
+    _inputs_read(args, target)
     if args.screenshot:
         shot = Path(args.screenshot)
         if shot.suffix.lower() != ".png":
@@ -351,7 +397,9 @@ def run(args) -> int:
 
         regular_file(args.tokenizer, "--tokenizer")
     try:
-        w, h = (int(x) for x in args.size.lower().split("x"))
+        from attnviz.core.numbers import whole
+
+        w, h = (whole(x) for x in args.size.lower().split("x"))
     except ValueError:
         raise AttnvizError(f"--size {args.size}: use WxH, e.g. 1400x900") from None
     if not (0 < w <= MAX_WINDOW_SIDE and 0 < h <= MAX_WINDOW_SIDE):
@@ -360,6 +408,9 @@ def run(args) -> int:
         raise AttnvizError(f"--size {args.size}: give a width and height in 1..{MAX_WINDOW_SIDE} pixels, e.g. 1400x900")
 
     focus_from_args(args)  # the focus flags' own checks (--vmax 0, --frame 0) before any window shows
+    unread = _unread_flags(args)
+    if unread and not args.screenshot:  # (a screenshot's run says it with its result: a failed one is one line)
+        say(unread)
     # the window system is checked once the arguments are: a path that is not there is the problem to name, even
     # where there is no display (a typo over ssh got "no X display" first)
     ensure_platform(bool(args.screenshot))
@@ -446,6 +497,8 @@ def run(args) -> int:
         message = f"attnviz: error: {error}"
     elif taker is not None:
         message = f"saved {taker.path}"
+        if unread:
+            say(unread)
     if stuck:
         import os
         import sys

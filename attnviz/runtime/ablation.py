@@ -30,9 +30,9 @@ from attnviz.runtime.request import AnalyzeRequest
 
 # tasks whose output is values, not a distribution's logits (whatever the output is named): no KL, no argmax
 REGRESSION_TASKS = ("forecasting",)
-HEAD_RE = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\d+)\s*:\s*(\d+)\s*$")
+HEAD_RE = re.compile(r"^\s*(\S+)\s+(\S+)\s+([0-9]+)\s*:\s*([0-9]+)\s*$")
 # every head of one layer: "encoder self 3:*" (a researcher's "switch layer 3 off" without typing its 12 heads)
-LAYER_RE = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\d+)\s*:\s*\*\s*$")
+LAYER_RE = re.compile(r"^\s*(\S+)\s+(\S+)\s+([0-9]+)\s*:\s*\*\s*$")
 
 
 def parse_heads(spec: str, sites: list[SiteInfo], vision_tower: bool = False) -> dict[int, list[int]]:

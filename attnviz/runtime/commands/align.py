@@ -90,7 +90,7 @@ def _parse_head(text: str) -> tuple[int, int]:
     from attnviz import AttnvizError
 
     parts = text.split(":")
-    if len(parts) != 2 or not all(x.strip().isdigit() for x in parts):
+    if len(parts) != 2 or not all(x.strip().isascii() and x.strip().isdigit() for x in parts):  # ('²', '٣')
         raise AttnvizError(f"--head {text!r}: give LAYER:HEAD, e.g. --head 1:0 (0-based)")
     return int(parts[0]), int(parts[1])
 

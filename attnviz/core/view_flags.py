@@ -1,0 +1,109 @@
+"""Which view reads which flag: the one table ``attnviz figure`` and ``attnviz open`` check a command line against.
+
+A view-specific flag on a view that does not read it passed without a word (``figure --view heatmap --image-base
+grey``, ``--link-cut`` on a heatmap, ``--scale`` on links): the figure came out as if it had not been typed, and
+the user may believe it had its effect.  Such a flag now gets one ``attnviz: note:`` line naming it and the views
+that read it; the figure is drawn all the same (exit 0).  ``open``'s flags set the window's state, which its other
+tabs read: the note names the opening tab that does not show them.
+
+Every flag of ``figure`` and ``open`` is either in :data:`VIEW_FLAGS` or in :data:`GENERAL` (tests/core/
+test_view_flags.py walks both parsers), so a new view flag cannot be left out of the note.  What each view reads
+was measured, not guessed: drawing a view with a flag it is listed here as not reading gives the same bytes as
+drawing it without (the same test, on the bundled models).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from attnviz.core.view_names import BY_KEY, FIGURE_VIEWS
+
+
+@dataclass(frozen=True)
+class ViewFlag:
+    """A flag that only some views read."""
+
+    flag: str  # as typed (a --no-X form is the same flag)
+    dest: str  # its argparse dest in `figure` and `open` (and FigureSpec's field)
+    views: tuple[str, ...]  # the views (core.view_names keys) whose drawing it changes
+
+    def __post_init__(self):
+        unknown = [v for v in self.views if v not in BY_KEY]
+        if unknown:
+            raise ValueError(f"{self.flag}: unknown views {unknown}")
+
+
+# the views that draw weights on a colour scale (Token links draws them as line widths and opacity, its own key;
+# Audio regions' heat band is each query's own 0..max)
+COLOUR_SCALE = ("heatmap", "overview", "alignment", "image", "strip")
+# the views that draw the token maps' rows (the image and audio views draw one query's row over the input, whole)
+TOKEN_ROWS = ("heatmap", "overview", "links", "alignment", "strip")
+
+VIEW_FLAGS = (
+    ViewFlag("--query", "query", ("heatmap", "links", "image", "audio")),
+    ViewFlag("--rows", "rows", ("alignment", "strip")),  # the strip's panels over text are Alignment's rows
+    ViewFlag("--hide-special", "hide_special", TOKEN_ROWS),
+    ViewFlag("--keep", "keep", TOKEN_ROWS),
+    ViewFlag("--log", "log", COLOUR_SCALE),
+    ViewFlag("--scale", "scale", COLOUR_SCALE),
+    ViewFlag("--vmax", "vmax", COLOUR_SCALE),
+    ViewFlag("--cmap", "cmap", ("heatmap", "overview", "alignment", "image", "audio", "strip")),
+    ViewFlag("--image-base", "image_base", ("image", "strip")),
+    ViewFlag("--image-from", "image_from", ("image",)),
+    ViewFlag("--picture", "picture", ("image",)),
+    ViewFlag("--frame", "frame", ("heatmap",)),
+    ViewFlag("--span", "span", ("heatmap", "alignment")),
+    ViewFlag("--key-span", "key_span", ("heatmap", "alignment")),
+    ViewFlag("--link-cut", "link_cut", ("links",)),
+)
+BY_DEST = {f.dest: f for f in VIEW_FLAGS}
+
+# the dests of every other flag of `figure` and `open`: read whatever the view (the selection's block, layer, head,
+# step and batch row; the inputs; the figure's size and file; the window's size and screenshot)
+GENERAL = frozenset(
+    {
+        "help", "model", "maps", "recipe", "inputs", "text", "text_pair", "text_file", "image", "audio", "tokenizer",
+        "max_tokens", "max_seconds", "generate", "beams", "provider", "mode", "memory", "image_size", "image_mean",
+        "image_std", "variant", "view", "block", "layer", "layers", "head", "agg", "batch_index", "step", "title",
+        "width", "width_in", "dpi", "font_size", "out", "format", "all_heads", "recipe_out", "no_recipe",
+        "max_memory", "screenshot", "size",
+    }
+)  # fmt: skip
+
+
+def views_reading(dest: str) -> tuple[str, ...]:
+    """The views that read the flag whose dest is ``dest``."""
+    return BY_DEST[dest].views
+
+
+def unread(view: str, given: Iterable[str]) -> list[ViewFlag]:
+    """The view flags among ``given`` (dests) that ``view`` does not read, in the table's order."""
+    asked = set(given)
+    return [f for f in VIEW_FLAGS if f.dest in asked and view not in f.views]
+
+
+def _readers(flags: list[ViewFlag], window: bool) -> str:
+    """``--log, --scale: heatmap, overview; --link-cut: links``: the flags grouped by the views that read them."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for f in flags:
+        if window:
+            where = tuple(str(BY_KEY[v].tab) for v in f.views if BY_KEY[v].tab)
+        else:
+            where = tuple(v for v in f.views if v in FIGURE_VIEWS)
+        groups.setdefault(where, []).append(f.flag)
+    return "; ".join(f"{', '.join(names)}: {', '.join(where)}" for where, names in groups.items())
+
+
+def unread_note(view: str, given: Iterable[str], *, window: bool = False) -> str | None:
+    """The one note line for the view flags ``view`` does not read (None: it reads every one given).  ``window``:
+    ``open``'s words (the flags are set, and the tabs that read them show them)."""
+    flags = unread(view, given)
+    if not flags:
+        return None
+    names = ", ".join(f.flag for f in flags)
+    them = "them" if len(flags) > 1 else "it"
+    if window:
+        tab = BY_KEY[view].tab or view
+        return f"the {tab} tab does not show {names}; set for the tabs that read {them} ({_readers(flags, True)})"
+    return f"the {view} view does not read {names}; drawn without {them} (read by {_readers(flags, False)})"
