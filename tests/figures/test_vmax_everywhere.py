@@ -24,7 +24,9 @@ from attnviz.figures import FigureSpec, render_spec
 TOP = 0.05
 
 
-@pytest.mark.parametrize("bad", [0, -1, 0.0, "0", "-0.5", "abc", "nan", float("nan"), "inf", float("inf"), True])
+@pytest.mark.parametrize(
+    "bad", [0, -1, 0.0, "0", "-0.5", "abc", "nan", float("nan"), "inf", float("inf"), True, "٣", "1_0", "0.5x"]
+)
 def test_a_bad_top_is_refused_in_one_line_naming_the_fix(bad):
     with pytest.raises(vm.ViewError) as e:
         vm.check_vmax(bad)

@@ -18,6 +18,7 @@ from attnviz import AttnvizError
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
 from attnviz.core.frames import FramesMap, frames_of
+from attnviz.core.numbers import decimal
 from attnviz.core.view.link_cut import DEFAULT_LINK_CUT
 from attnviz.core.view.palette import DEFAULT_SCALE, IMAGE_DEFAULT_SCALE
 
@@ -79,8 +80,8 @@ def check_vmax(value: Any) -> float | None:
     finite number > 0; ViewError naming the fix for anything else (0, negative, NaN, text)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    try:
-        top = float(value.strip() if isinstance(value, str) else value)
+    try:  # typed text reads ASCII digits only, as every number flag does (core.numbers: float() took '٣' and '1_0')
+        top = decimal(value) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
         top = float("nan")
     if isinstance(value, bool) or not (np.isfinite(top) and top > 0):
