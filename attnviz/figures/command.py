@@ -29,6 +29,7 @@ from attnviz.figures.spec import (
     VIEW_HELP,
     VIEWS,
     WIDTH_PRESETS,
+    check_vmax,
 )
 
 # what a source file is called in a one-line refusal, as extract names it (runtime.inputs, runtime.audio)
@@ -339,6 +340,8 @@ def _spec_overrides(args) -> dict:
             else:
                 d["head"], d["heads"] = None, v
             continue
+        if k == "vmax":  # its refusal names the flag as typed (FigureSpec's own check says 'vmax')
+            check_vmax(v, "--vmax")
         if k == "block" and isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
             v = int(v)  # (ASCII digits only: '٣'.isdigit() is true, and int() reads it as 3)
         d[k] = v
@@ -397,6 +400,15 @@ def _recipe_clashes(args) -> list[tuple[str, object]]:
     flags = {"model": "MODEL", "maps": "--maps", "text": text_flag, "text_pair": "--text-pair", "image": "--image",
              "audio": "--audio", "inputs": "--inputs", "tokenizer": "--tokenizer", "generate": "--generate"}  # fmt: skip
     return [(flag, getattr(args, k, None)) for k, flag in flags.items()]
+
+
+def _maps_take_no_inputs(args) -> None:
+    """``--maps`` with input flags: one line naming those given as typed (``--text-file``, not load_result's list of
+    every input flag), as ``open MAPS.npz --text-file F`` does."""
+    given = [flag for flag, value in _recipe_clashes(args) if value and flag not in ("MODEL", "--maps")]
+    given += [flag for flag, on in (("--variant", args.variant), ("--beams", (args.beams or 1) > 1)) if on]
+    if given:
+        raise AttnvizError(f"--maps already holds the attention; drop {', '.join(given)}")
 
 
 def _inputs_of(src: dict, args) -> dict:
@@ -494,6 +506,8 @@ def run(args) -> int:
                 )
     elif not (args.model or args.maps):
         raise AttnvizError("give a model file, --maps MAPS.npz or --recipe R.json")
+    elif args.maps and not args.model:
+        _maps_take_no_inputs(args)
     spec_d.update(_spec_overrides(args))
     if not args.recipe:  # a new figure is on the window's default scale; a recipe keeps the one it was drawn on
         from attnviz.core.view import DEFAULT_SCALE

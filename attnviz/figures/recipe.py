@@ -20,7 +20,7 @@ from attnviz import AttnvizError, __version__
 from attnviz.core.json_types import check_types, hints_of, shown
 from attnviz.core.untrusted import open_regular, read_json
 from attnviz.core.writes import atomic_write_bytes
-from attnviz.figures.spec import FigureSpec
+from attnviz.figures.spec import FigureSpec, check_vmax
 
 RECIPE_FORMAT = 1
 RECIPE_SUFFIX = ".recipe.json"
@@ -257,11 +257,12 @@ def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
         "tokenizer": "tokenizer",
     }
     for sec in ("source", "inputs", "options", "output", "view"):
-        if r.get(sec) is not None and not isinstance(r[sec], dict):
-            raise TypeError(f"'{sec}' must be an object")
+        if r.get(sec) is not None and not isinstance(r[sec], dict):  # (one line naming the key, not a TypeError)
+            raise AttnvizError(f'{path.name}: {sec} is {shown(r[sec])}; give an object, {{"key": value, ...}} ({_FIX})')
         if sec in _SECTION_TYPES and r.get(sec):
             check_types(r[sec], _SECTION_TYPES[sec], f"{path.name}: {sec}", _FIX)
     check_types(r.get("view") or {}, hints_of(FigureSpec), f"{path.name}: view", _FIX)
+    check_vmax((r.get("view") or {}).get("vmax"), f"{path.name}: view.vmax")  # named as the recipe holds it
     for sec, key in _FILE_KEYS:
         if r.get(sec) and r[sec].get(key):
             r[sec][key] = _resolve(r[sec][key], base, names[key], check_hashes, f"{path.name}: {sec}.{key}")

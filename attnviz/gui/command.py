@@ -248,7 +248,7 @@ def focus_from_args(args) -> dict:
     if args.scale is not None:  # as figure's --scale: the image view's own box too
         focus.update(scale=args.scale, image_scale=args.scale)
     if args.vmax is not None:  # as figure's --vmax: the view model's check, the box's words
-        focus["vmax"] = check_vmax(args.vmax)
+        focus["vmax"] = check_vmax(args.vmax, "--vmax")
     if args.frame is not None:
         if args.frame < 1:
             raise AttnvizError(f"--frame {args.frame}: frames count from 1; give --frame N")

@@ -20,7 +20,7 @@ from typing import Any
 from attnviz import AttnvizError
 from attnviz.core.align import CONVENTIONS
 from attnviz.core.untrusted import parse_json
-from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, MODES, SCALES, Selection
+from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, MODES, SCALES, VMAX_MIN, Selection
 from attnviz.runtime.request import MAX_BEAMS
 
 KEY = "session/last"
@@ -59,7 +59,7 @@ SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "batch": lambda v: v >= 0,
     "picture": lambda v: v >= 0,
     "query": lambda v: v is None or v >= 0,
-    "vmax": lambda v: v is None or (math.isfinite(v) and v > 0),
+    "vmax": lambda v: v is None or (math.isfinite(v) and v >= VMAX_MIN),  # as check_vmax takes it
     "heads": lambda v: all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in v),
 }
 

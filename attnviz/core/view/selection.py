@@ -8,6 +8,7 @@ nothing of the views, so this module sits at the bottom of the view model (with 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,6 +20,7 @@ from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
 from attnviz.core.frames import FramesMap, frames_of
 from attnviz.core.numbers import decimal
+from attnviz.core.quoted import quoted
 from attnviz.core.view.link_cut import DEFAULT_LINK_CUT
 from attnviz.core.view.palette import DEFAULT_SCALE, IMAGE_DEFAULT_SCALE
 
@@ -75,21 +77,39 @@ class Selection:
         return replace(self, **changes)
 
 
-def check_vmax(value: Any) -> float | None:
+# the smallest top set by hand: every automatic top stops here (colour_range, an all-zero map's scale), and the window's
+# colour bar did the same to a top set by hand where a figure drew the exact number; refused instead, so a figure and
+# the screen never disagree (a weight below a millionth is the log scale's business, not a linear top's)
+VMAX_MIN = 1e-6
+
+
+def check_vmax(value: Any, name: str = "vmax") -> float | None:
     """The colour scale's top as typed (the window's box, a flag, a recipe): None for none (empty, None), else a
-    finite number > 0; ViewError naming the fix for anything else (0, negative, NaN, text)."""
+    finite number >= :data:`VMAX_MIN`; ViewError naming the fix for anything else (0, negative, NaN, text, 1e-9).
+    ``name``: where it was given, as the user wrote it (``--vmax``, the box ``colour top``, ``view.vmax``)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     try:  # typed text reads ASCII digits only, as every number flag does (core.numbers: float() took '٣' and '1_0')
         top = decimal(value) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
         top = float("nan")
-    if isinstance(value, bool) or not (np.isfinite(top) and top > 0):
+    if isinstance(value, bool) or not (np.isfinite(top) and top >= VMAX_MIN):
         raise ViewError(
-            f"vmax {value!r}: the colour scale's top must be a number > 0 (e.g. 0.5), or none for the scale's own top",
+            f"{name} {_as_given(value)}: the colour scale's top must be a number > 0 (at least {VMAX_MIN:g}; e.g. 0.5), "
+            f"or none for the scale's own top",
             param="vmax",
         )
     return top
+
+
+def _as_given(value: Any) -> str:
+    """A top as the user wrote it: a flag's number as typed (argparse made ``--vmax 0`` the float 0.0), text
+    quoted (the box's ``abc``), anything else as JSON shows it."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str):
+        return quoted(value)
+    return json.dumps(value) if isinstance(value, (int, list, dict, bool)) else repr(value)
 
 
 def layer_range(sel: Selection, n_layers: int) -> tuple[int, int]:

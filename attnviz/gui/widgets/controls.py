@@ -146,7 +146,7 @@ class Controls(QWidget):
         """The typed top: set (or, empty, cleared); a bad one (0, negative, NaN, text) is refused in one message
         and the box shows the top in force again."""
         try:
-            top = check_vmax(self.vmax.text())
+            top = check_vmax(self.vmax.text(), "colour top")  # (the box's name: the message names it)
         except ViewError as e:
             self._show_vmax(self.session.sel.vmax)
             self.invalid.emit(str(e), "vmax")
