@@ -54,9 +54,34 @@ def test_a_bad_top_is_one_message_and_the_box_marked(qtbot, window, files, bad):
     said: list[str] = []
     w.error_shown.connect(said.append)
     _type(w.controls, bad)
-    assert len(said) == 1 and "vmax" in said[0] and "> 0" in said[0] and "\n" not in said[0]
+    # named as the window names the box (ux28: it said "vmax '0'", a name the window shows nowhere)
+    assert len(said) == 1 and said[0].startswith(f"colour top {bad!r}: ") and "> 0" in said[0] and "\n" not in said[0]
     assert w.marked_widget is w.controls.vmax
     assert w.session.sel.vmax == 0.5 and w.controls.vmax.text() == "0.5"  # the top in force stays, and shows
+
+
+def test_the_colour_scale_box_says_a_top_set_by_hand_overrides_it(qtbot, window, files):
+    """ux28: the colour-scale box showed "fixed 0–1" while a top set by hand was the colour bar's top; it greys and
+    says so, and shows the scale again once the top is cleared."""
+    w = window
+    open_and_wait(qtbot, w, files["text.onnx"])
+    c, s = w.controls, w.session
+    w.select_view("head")
+    s.select(scale="shared")
+    assert c.scale.isEnabled() and c.scale.currentData() == "shared"
+    _type(c, "0.3")
+    assert not c.scale.isEnabled() and c.scale.currentIndex() == -1
+    assert c.scale.currentText() == "" and c.scale.placeholderText() == "top set by hand (0.3)"
+    assert "0.3" in c.scale.toolTip() and "clear the colour-top box" in c.scale.toolTip()
+    assert s.sel.scale == "shared"  # the scale chosen is kept, not overwritten by the box's blank
+    assert w.head_map.heatmap.colorbar.levels() == pytest.approx((0.0, 0.3))  # what the box says is in force
+    _type(c, "")
+    assert c.scale.isEnabled() and c.scale.currentData() == "shared" and "set by hand" not in c.scale.toolTip()
+    _type(c, "0.3")
+    w.select_view("stats")  # a view with no colour scale: its own words, whatever the top
+    assert not c.scale.isEnabled() and c.scale.toolTip() == w.stats.scale_note
+    w.select_view("head")
+    assert c.scale.placeholderText() == "top set by hand (0.3)" and not c.scale.isEnabled()
 
 
 def test_the_box_greys_where_the_view_has_no_colour_scale(qtbot, window, files):
@@ -81,7 +106,7 @@ def test_open_vmax_is_figures(qtbot, window, files, capsys, tmp_path):
         capsys.readouterr()
         assert main(["open", str(model), "--vmax", bad, "--screenshot", str(tmp_path / "s.png")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "vmax" in err[0] and "> 0" in err[0], err
+        assert len(err) == 1 and f"--vmax {bad}: " in err[0] and "> 0" in err[0], err  # the flag as typed (ux28)
 
 
 def test_a_session_restores_its_top_and_drops_a_bad_one():
@@ -89,5 +114,5 @@ def test_a_session_restores_its_top_and_drops_a_bad_one():
 
     assert valid({"vmax": 0.3}, SELECTION_KINDS, SELECTION_VALUES) == {"vmax": 0.3}
     assert valid({"vmax": None}, SELECTION_KINDS, SELECTION_VALUES) == {"vmax": None}
-    for bad in (0, -1.0, float("nan"), float("inf"), "0.3", True):
+    for bad in (0, -1.0, float("nan"), float("inf"), "0.3", True, 1e-9):  # (1e-9: below VMAX_MIN, as typed too)
         assert valid({"vmax": bad}, SELECTION_KINDS, SELECTION_VALUES) == {}

@@ -34,6 +34,13 @@ VMAX_TIP = (
     "one: weights above it take the top colour.  Empty: the colour scale's own top"
 )
 VMAX_EMPTY = "auto"  # the box's placeholder: no top set by hand
+# the colour-scale box while a colour top is set by hand: greyed, saying so (it showed "fixed 0–1", a top not in force,
+# and only the colour bar's label said otherwise); every view that draws a scale takes the top over the scale's
+SCALE_BY_HAND = "top set by hand ({top:g})"
+SCALE_BY_HAND_TIP = (
+    "the colour top set by hand ({top:g}) is the top of every colour bar, whatever the colour scale: clear the "
+    "colour-top box to choose a scale again"
+)
 LOG_TIP = f"colours on a log scale, {LOG_DECADES} decades below the top weight (weak weights become visible)"
 BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
 # a dual encoder's candidate texts: one image against them, so only the text tower's maps change
@@ -135,6 +142,7 @@ class Controls(QWidget):
         session.result_changed.connect(self.rebuild)
         session.selection_changed.connect(self.sync)
         self._syncing = False
+        self._scale_note: str | None = None  # the shown view's own scale (set_scale_note), else None
         self.scale_field = "scale"  # the field the colour-scale box sets (set_scale_field: a view's own)
         self.rebuild()
 
@@ -194,9 +202,26 @@ class Controls(QWidget):
     def set_scale_note(self, note: str | None) -> None:
         """The view shown draws on its own scale (``note`` says how: views.base.View.scale_note): the colour-scale,
         colour-top and log boxes greyed, their tooltip the view's words; ``None``: both back as they were."""
-        for box, tip in ((self.scale, SCALE_TIP), (self.vmax, VMAX_TIP), (self.log, LOG_TIP)):
+        self._scale_note = note
+        for box, tip in ((self.vmax, VMAX_TIP), (self.log, LOG_TIP)):
             box.setEnabled(note is None)
             box.setToolTip(tip if note is None else note)
+        self._show_scale()
+
+    def _show_scale(self) -> None:
+        """The colour-scale box: the selection's scale, or (a colour top set by hand, which every view that draws a
+        scale takes over the scale) greyed and saying so, its tooltip how to choose a scale again."""
+        note, top = self._scale_note, self.session.sel.vmax
+        by_hand = note is None and top is not None
+        syncing, self._syncing = self._syncing, True  # (showing the state is no choice of the user's)
+        try:
+            self.scale.setEnabled(note is None and not by_hand)
+            self.scale.setToolTip(note or (SCALE_BY_HAND_TIP.format(top=top) if by_hand else SCALE_TIP))
+            self.scale.setPlaceholderText(SCALE_BY_HAND.format(top=top) if by_hand else "")
+            field = getattr(self.session.sel, self.scale_field)
+            self.scale.setCurrentIndex(-1 if by_hand else max(0, self.scale.findData(field)))
+        finally:
+            self._syncing = syncing
 
     def sync(self) -> None:
         s = self.session
@@ -227,7 +252,7 @@ class Controls(QWidget):
             self.log.setChecked(sel.log)
             if not self.vmax.hasFocus():  # (a top being typed is not overwritten by a redraw)
                 self._show_vmax(sel.vmax)
-            self.scale.setCurrentIndex(max(0, self.scale.findData(getattr(sel, self.scale_field))))
+            self._show_scale()
             self.hide_special.setChecked(sel.hide_special)
             g = n_steps(s.result, sel.batch)  # a beam's own length: the slider follows the beam shown
             self.step.setRange(0, max(0, g))
