@@ -97,5 +97,7 @@ def test_figure_maps_with_a_text_file_names_text_file(maps, tmp_path, capsys):
     assert main(argv) == 2
     err = _one_line(capsys)
     assert "drop --text-file" in err and "--text/" not in err and "--image" not in err
-    assert main(["figure", "--maps", str(maps), "--text", "hi", "--generate", "2", "--out", str(tmp_path / "x.png")]) == 2
+    assert (
+        main(["figure", "--maps", str(maps), "--text", "hi", "--generate", "2", "--out", str(tmp_path / "x.png")]) == 2
+    )
     assert "drop --text, --generate" in _one_line(capsys)

@@ -189,11 +189,11 @@ from attnviz.core.view.pooling import pool_by, pool_note, pool_to
 from attnviz.core.view.selection import (
     MODE_TITLES,
     MODES,
+    VMAX_MIN,
     Selection,
     ViewError,
     blk_len,
     check_not_empty,
-    VMAX_MIN,
     check_vmax,
     clamp,
     head_matrix,
