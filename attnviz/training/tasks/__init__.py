@@ -51,6 +51,10 @@ Subclass :class:`Task` and set/implement:
 
 ``target`` (optional class attribute) says what the shipped model must reach (documentation only).
 
+``trains_itself`` (optional class attribute, default False): the task owns its whole run (``run(out, preset, seed,
+steps, say)``) and its held-out evaluation of what it exported (``evaluate_folder``); ``spoken-digits`` trains
+transformers' Whisper and exports the speech folder the runtime opens, which the loop above does not build.
+
 Helpers: :func:`predict` (logits over a split), :func:`greedy_decode` (generation through ``runner.logits``),
 :func:`attention_groups` (canonical maps -> encoder / decoder self / cross lists per layer, e.g. for AER or the
 pointing game), :func:`split_seed` (fixed data seeds), :func:`register` (add a task to :data:`TASKS`).
@@ -76,6 +80,7 @@ class Task:
     name: str = ""
     summary: str = ""
     target: str = ""  # the held-out result the demo model must reach, for the docs
+    trains_itself: bool = False  # True: run() does training and export (see the module docstring)
 
     # -- must implement --------------------------------------------------------
     def configs(self, preset: str) -> tuple[ModelConfig, TrainConfig]:
@@ -200,6 +205,7 @@ def _registry() -> dict[str, Task]:
     from attnviz.training.tasks.captioning import Captioning
     from attnviz.training.tasks.forecasting import Forecasting
     from attnviz.training.tasks.sequence_classification import SequenceClassification
+    from attnviz.training.tasks.spoken_digits import SpokenDigits
     from attnviz.training.tasks.toy import ToyCaption, ToyReverse
     from attnviz.training.tasks.translation import Translation, TranslationSynthetic
     from attnviz.training.tasks.vit_classification import VitClassification
@@ -213,6 +219,7 @@ def _registry() -> dict[str, Task]:
         TranslationSynthetic(),
         ToyReverse(),
         ToyCaption(),
+        SpokenDigits(),  # trains_itself: a Whisper folder, its own run (tasks/spoken_digits.py)
     ]
     return {t.name: t for t in tasks}
 
