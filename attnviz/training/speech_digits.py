@@ -65,7 +65,7 @@ class SpeechConfig:
 
 
 def split_seed(split: str) -> int:
-    from attnviz.training.tasks import split_seed as seeds
+    from attnviz.training.seeds import split_seed as seeds
 
     return seeds("spoken-digits", split)
 
@@ -248,8 +248,8 @@ def head_mass(model, feats: np.ndarray, clips: list[ds.Clip]) -> np.ndarray:
             input_features=torch.from_numpy(feats), decoder_input_ids=torch.from_numpy(ids), output_attentions=True
         )
     cross = np.stack([a.numpy() for a in out.cross_attentions], 1)  # [B, L, H, rows, frames]
-    target = guide_targets(clips, cross.shape[3], cross.shape[4]) > 0
-    rows = target.any(-1)  # [B, rows]
+    target: np.ndarray = guide_targets(clips, cross.shape[3], cross.shape[4]) > 0
+    rows = np.any(target, axis=-1)  # [B, rows]
     mass = (cross * target[:, None, None]).sum(-1)  # [B, L, H, rows]
     return (mass * rows[:, None, None]).sum((0, 3)) / rows.sum()
 
@@ -272,7 +272,9 @@ def train(cfg: SpeechConfig, say=lambda s: print(s, file=sys.stderr)):
     fe = feature_extractor()
     t0 = time.perf_counter()
     train_split, test = make_split("train", cfg, fe), make_split("test", cfg, fe)
-    say(f"spoken-digits: {len(train_split.clips)} training / {len(test.clips)} test clips ({time.perf_counter() - t0:.0f}s)")
+    say(
+        f"spoken-digits: {len(train_split.clips)} training / {len(test.clips)} test clips ({time.perf_counter() - t0:.0f}s)"
+    )
     model = build_model(cfg)
     say(f"tiny Whisper: {sum(p.numel() for p in model.parameters()):,} parameters")
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -302,7 +304,9 @@ def train(cfg: SpeechConfig, say=lambda s: print(s, file=sys.stderr)):
     metrics = transcript_metrics(greedy(model, test.feats), test.clips)
     mass = head_mass(model, test.feats, test.clips)
     best = np.unravel_index(int(np.argmax(mass)), mass.shape)
-    report = Report(cfg.steps, round(train_s, 1), metrics, mass.round(4).tolist(), [[int(best[0]), int(best[1])]], losses)
+    report = Report(
+        cfg.steps, round(train_s, 1), metrics, mass.round(4).tolist(), [[int(best[0]), int(best[1])]], losses
+    )
     say(f"trained in {train_s:.0f}s; held-out (PyTorch): {metrics}; best aligning head {report.alignment_heads[0]}")
     return model, report, test
 

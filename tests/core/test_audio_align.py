@@ -54,7 +54,7 @@ def test_planted_words_are_their_segments_the_first_from_the_clips_start():
     ids = [61, 62, 65, 66, 10, 11, 12, 13, 14]
     labels = {10: " the", 11: " cat", 12: " sat", 13: " on", 14: " mats"}
     weights = np.stack([w[lay, h] for lay, h in heads])
-    decode = lambda t: "".join(labels.get(i, "<|x|>") for i in t)  # noqa: E731
+    decode = lambda t: "".join(labels.get(i, "<|x|>") for i in t)
     words = aa.align_words(weights, ids, decode, P, 280, lambda i: i >= 60)
     assert [w.text for w in words] == ["the", "cat", "sat", "on", "mats"]
     spans = [(0, SEGMENTS[0][1])] + SEGMENTS[1:5]

@@ -28,7 +28,6 @@ def run(args) -> int:
     from attnviz.training.export import read_config
     from attnviz.training.runners import OnnxRunner, take
     from attnviz.training.tasks import get_task
-
     from attnviz.training.tasks.spoken_digits import evaluate_folder, is_task_folder
 
     if args.n is not None and args.n < 1:

@@ -309,9 +309,14 @@ def _run_own(task, args) -> int:
     if args.steps is not None and args.steps < 1:
         raise AttnvizError("--steps must be at least 1")
     out = Path(args.out)
-    summary = task.run(out, args.preset, args.seed, args.steps, lambda line: None if args.quiet else print(line, file=sys.stderr))
+    summary = task.run(
+        out, args.preset, args.seed, args.steps, lambda line: None if args.quiet else print(line, file=sys.stderr)
+    )
     print(json.dumps(summary, indent=2))
-    print(f"wrote {summary['model']} and {out / 'metrics.json'}; open it with: attnviz open {summary['model']}", file=sys.stderr)
+    print(
+        f"wrote {summary['model']} and {out / 'metrics.json'}; open it with: attnviz open {summary['model']}",
+        file=sys.stderr,
+    )
     return 0
 
 
