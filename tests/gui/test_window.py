@@ -403,6 +403,22 @@ def test_demo_model_preference(tmp_path):
     assert demo_model(tmp_path).name == "translation.onnx"
 
 
+def test_the_demo_list_takes_the_speech_folder_after_the_files(tmp_path):
+    """File ▸ Open demo's list: the .onnx demos in preference order, then a folder holding encoder_model.onnx (the
+    speech demo); another folder or file is no demo, and a speech folder alone is the default."""
+    from attnviz.gui.app import demo_model, demo_models
+
+    (tmp_path / "spoken-digits").mkdir()
+    (tmp_path / "spoken-digits" / "encoder_model.onnx").write_bytes(b"x")
+    assert demo_model(tmp_path).name == "spoken-digits"
+    (tmp_path / "resources").mkdir()
+    (tmp_path / "README.md").write_text("x")
+    for n in ("forecasting.onnx", "translation.onnx"):
+        (tmp_path / n).write_bytes(b"x")
+    assert [p.name for p in demo_models(tmp_path)] == ["translation.onnx", "forecasting.onnx", "spoken-digits"]
+    assert demo_model(tmp_path).name == "translation.onnx"
+
+
 def test_overview_log_scale_and_view_shortcuts(qtbot, window, files):
     open_and_wait(qtbot, window, files["text.onnx"])
     ov = window.overview

@@ -50,3 +50,13 @@ def test_loop_options_are_one_line(tmp_path, capsys):
     assert main(["train", "spoken-digits", "--preset", "tiny", "--out", str(out), "--set", "lr=0.1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--set" in err[0] and "spoken-digits" in err[0] and not out.exists()
+
+
+def test_the_sample_clip_is_looked_for_in_the_folder_only(run):
+    from attnviz.runtime.sample import sample_input
+
+    folder = run / "model"
+    assert sample_input({"sample": {"audio": "sample.wav"}}, folder)["audio"] == str(folder / "sample.wav")
+    assert "audio" not in sample_input({"sample": {"audio": "../model/sample.wav"}}, folder)
+    assert "audio" not in sample_input({"sample": {"audio": str((folder / "sample.wav").resolve())}}, folder)
+    assert "audio" not in sample_input({"sample": {"audio": "missing.wav"}}, folder)  # no image-style fallback
