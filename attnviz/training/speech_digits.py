@@ -45,7 +45,7 @@ class SpeechConfig:
     layers: int = 2  # encoder and decoder each
     heads: int = 4
     ffn: int = 256
-    steps: int = 2500
+    steps: int = 2000  # the first run's loss was flat from ~1600 of 2500
     batch_size: int = 32
     lr: float = 2e-3
     warmup: int = 100
@@ -103,13 +103,16 @@ def decoder_rows(clips: list[ds.Clip]) -> tuple[np.ndarray, np.ndarray]:
 
 def guide_targets(clips: list[ds.Clip], rows: int, frames: int) -> np.ndarray:
     """``[n, rows, frames]``: for each row that predicts a digit, uniform over the encoder positions whose centre
-    lies in the digit's segment; zero rows elsewhere (not supervised)."""
+    lies in the digit's segment, and for the row that predicts the end, over the clip after the last digit; zero
+    rows elsewhere (not supervised).  Without the end row's target it listened to the last digit, and the warp
+    then ended the last word where it began (zero-length last words in the first run)."""
     out = np.zeros((len(clips), rows, frames), np.float32)
     centres = (np.arange(frames) + 0.5) * FRAME_SECONDS
     for i, c in enumerate(clips):
-        for k, s in enumerate(c.segments):
-            inside = (centres >= s.start) & (centres <= s.end)
-            if inside.any():
+        spans = [(s.start, s.end) for s in c.segments] + [(c.segments[-1].end, len(c.wave) / ds.RATE)]
+        for k, (start, end) in enumerate(spans):
+            inside = (centres >= start) & (centres <= end)
+            if inside.any() and len(PROMPT) - 1 + k < rows:
                 out[i, len(PROMPT) - 1 + k, inside] = 1.0 / inside.sum()
     return out
 
@@ -239,7 +242,7 @@ def transcript_metrics(hyps: list[list[int]], clips: list[ds.Clip]) -> dict:
 
 def head_mass(model, feats: np.ndarray, clips: list[ds.Clip]) -> np.ndarray:
     """``[layers, heads]``: mean cross-attention mass a digit's predicting row puts inside that digit's segment
-    (teacher-forced on the true transcript)."""
+    (and the end's row after the last digit), teacher-forced on the true transcript."""
     import torch
 
     ids, _ = decoder_rows(clips)
