@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -194,7 +193,3 @@ def evaluate_folder(folder: Path, n: int | None = None) -> dict:
         "n": n,
         "words": words,
     }
-
-
-def say_stderr(line: str) -> None:
-    print(line, file=sys.stderr)
