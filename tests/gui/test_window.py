@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -451,3 +452,16 @@ def test_switching_views_and_heads_reruns_nothing(qtbot, window, files):
     window.controls.step.setValue(1)
     window.controls.block.setCurrentIndex(2)
     assert model.calls == calls  # only the session's arrays were re-sliced
+
+
+def test_file_open_demo_lists_the_bundled_demos(window):
+    """File ▸ Open demo: one entry per bundled demo (the checkout's models/), the speech folder among them."""
+    from attnviz.gui.app import demo_models
+
+    file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
+    demo = next(a.menu() for a in file_menu.actions() if a.menu() is not None and a.text() == "Open &demo")
+    names = [a.text() for a in demo.actions()]
+    want = [p.stem if p.suffix == ".onnx" else p.name for p in demo_models()]
+    assert names == want and demo.isEnabled() == bool(want)
+    if (Path(__file__).resolve().parents[2] / "models" / "spoken-digits").is_dir():
+        assert "spoken-digits" in names and names[0] == "translation"
