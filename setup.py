@@ -1,6 +1,6 @@
 """Ships the demo models as package data without moving them out of ``models/``.
 
-``models/*.onnx`` (+ README) and ``resources/samples/`` stay where the repository layout puts them; a wheel
+``models/*.onnx`` (+ README, + the speech demo's folder ``models/spoken-digits/``) and ``resources/samples/`` stay where the repository layout puts them; a wheel
 build copies them to ``attnviz/demos/`` (samples under ``attnviz/demos/resources/samples/`` so the models'
 relative ``attnviz.sample`` paths resolve). An editable install needs no copy: ``attnviz.gui.app.models_dir``
 falls back to the checkout's ``models/``. Everything else lives in pyproject.toml.
@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent
 DEMO_FILES = (
     ("models", "*.onnx", "attnviz/demos"),
     ("models", "README.md", "attnviz/demos"),
+    ("models/spoken-digits", "*", "attnviz/demos/spoken-digits"),  # the speech demo is a folder
     ("resources/samples", "*", "attnviz/demos/resources/samples"),
 )
 

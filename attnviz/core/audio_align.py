@@ -10,6 +10,11 @@ at a leading space, a special token or a punctuation mark; opening punctuation j
 punctuation the previous one) and gives each word the start of its first token and the end of its last, a
 token ``i`` spanning ``(times[i - 1], times[i])``.
 
+Words warp one row more than transformers' token times (:func:`word_rows`): from the forced prompt's last row,
+the one that predicts the first text token, as OpenAI's whisper ``find_alignment`` does.  Without it the warp's
+first row (which always starts at frame 0) is the one that predicts the *second* token, so the first word always
+came out (0, 0) and the second covered both (attnviz before session 28, and transformers' token timestamps).
+
 Qt-free and numpy-only: the CLI (``attnviz align-audio``) and the Audio regions view draw the same words.
 """
 
@@ -161,6 +166,11 @@ def _weights(weights: np.ndarray) -> np.ndarray:
     return w
 
 
+def word_rows(n_prompt: int) -> int:
+    """Where the words' warp starts: the prompt's last row (it predicts the first text token), not after it."""
+    return max(n_prompt - 1, 0)
+
+
 def token_times(
     weights: np.ndarray,
     n_prompt: int,
@@ -295,5 +305,5 @@ def align_words(
 ) -> list[TimedWord]:
     """:func:`token_times` then :func:`word_times`: the words of one clip from its chosen heads' cross-attention
     ``[heads, rows, frames]`` (the view's entry point: the words it draws are the words ``align-audio`` writes)."""
-    times = token_times(weights, n_prompt, n_frames, median_width, time_precision)
+    times = token_times(weights, word_rows(n_prompt), n_frames, median_width, time_precision)
     return word_times(times, ids, decode, n_prompt, is_special)

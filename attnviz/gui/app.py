@@ -14,7 +14,9 @@ DEMO_PREFERENCE = (
     "sequence-classification.onnx",
     "vit-classification.onnx",
     "forecasting.onnx",
+    "spoken-digits",  # a speech folder (encoder_model.onnx + decoder_model.onnx + its configs and sample clip)
 )
+SPEECH_ENCODER = "encoder_model.onnx"  # what makes a folder under models/ a (speech) demo
 
 
 def models_dir() -> Path:
@@ -24,16 +26,20 @@ def models_dir() -> Path:
     return packaged if packaged.is_dir() else pkg.parent / "models"
 
 
-def demo_model(folder: Path | None = None) -> Path | None:
-    """The bundled demo: translation first, then the others in a fixed order."""
+def demo_models(folder: Path | None = None) -> list[Path]:
+    """Every bundled demo (the .onnx files and the speech folders), in :data:`DEMO_PREFERENCE` order, others after
+    by name (File ▸ Open demo lists them)."""
     folder = folder or models_dir()
     if not folder.is_dir():
-        return None
-    found = sorted(folder.glob("*.onnx"))
-    for name in DEMO_PREFERENCE:
-        for p in found:
-            if p.name == name:
-                return p
+        return []
+    found = [p for p in folder.iterdir() if (p.suffix == ".onnx" and p.is_file()) or (p / SPEECH_ENCODER).is_file()]
+    rank = {name: i for i, name in enumerate(DEMO_PREFERENCE)}
+    return sorted(found, key=lambda p: (rank.get(p.name, len(rank)), p.name))
+
+
+def demo_model(folder: Path | None = None) -> Path | None:
+    """The bundled demo: translation first, then the others in a fixed order."""
+    found = demo_models(folder)
     return found[0] if found else None
 
 

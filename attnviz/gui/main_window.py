@@ -204,6 +204,17 @@ class MainWindow(QMainWindow):
         a.triggered.connect(slot)
         return a
 
+    def _add_demo_menu(self, fm) -> None:
+        """File ▸ Open demo: the bundled demos (the speech folder included), each opened on its own sample."""
+        from attnviz.gui.app import demo_models
+
+        demos = demo_models()
+        menu = fm.addMenu("Open &demo")
+        menu.setEnabled(bool(demos))
+        for p in demos:
+            name = p.stem if p.suffix == ".onnx" else p.name
+            menu.addAction(self._action(name, lambda _=False, p=p: self.open_path(str(p)), None))
+
     def _build_menus(self) -> None:
         fm = self.menuBar().addMenu("&File")
         for text, slot, key in (
@@ -219,6 +230,7 @@ class MainWindow(QMainWindow):
         ):
             fm.addAction(self._action(text, slot, key))
         self.recent_menu = fm.addMenu("Open &recent")
+        self._add_demo_menu(fm)
         fm.addSeparator()
         for a in self.compare.actions():
             fm.addAction(a)

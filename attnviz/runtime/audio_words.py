@@ -136,12 +136,14 @@ class ClipAttention:
 
     def words(self, heads: Sequence[Head], median_width: int = aa.MEDIAN_FILTER_WIDTH) -> list[aa.TimedWord]:
         """The words with times from ``heads`` warped together."""
-        return self.timed(aa.token_times(self.weights(heads), self.n_prompt, self.n_frames, median_width))
+        # warped from the prompt's last row (aa.word_rows): the first word is not (0, 0)
+        return self.timed(aa.token_times(self.weights(heads), aa.word_rows(self.n_prompt), self.n_frames, median_width))
 
     def words_per_head(self, median_width: int = aa.MEDIAN_FILTER_WIDTH) -> dict[Head, list[aa.TimedWord]]:
         """The words with times from each cross head alone (all heads warped in one batch)."""
         heads = [(lay, h) for lay in sorted(self.cross) for h in range(len(self.cross[lay]))]
-        times = aa.token_times_per_head(self.weights(heads), self.n_prompt, self.n_frames, median_width)
+        rows = aa.word_rows(self.n_prompt)
+        times = aa.token_times_per_head(self.weights(heads), rows, self.n_frames, median_width)
         return {head: self.timed(t) for head, t in zip(heads, times)}
 
     def timed(self, times: np.ndarray) -> list[aa.TimedWord]:

@@ -161,6 +161,10 @@ class ModelSet(AnalyzeMethod):
             s.stack = "decoder"
         self.encoder._stack_confirmed = self.decoder._stack_confirmed = True
         self.meta = {"special": config_special(layout.encoder)}
+        # a trained demo folder's clip (runtime/sample.py) and declared alignment heads (the views open on them)
+        for key in ("sample", "alignment"):
+            if isinstance(self.encoder.meta.get(key), dict):
+                self.meta[key] = self.encoder.meta[key]
         self.metadata: dict[str, str] = {}
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use

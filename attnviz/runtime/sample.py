@@ -14,9 +14,15 @@ from attnviz.core import metadata as md
 if TYPE_CHECKING:
     from attnviz.runtime.request import AnalyzeRequest
 
-KEYS = ("text", "text_pair", "image", "generate")
+KEYS = ("text", "text_pair", "image", "audio", "generate")
 # each key's value in words, for messages; "text" is overridden when the model reads it as a series (SERIES_TEXT)
-WORDS = {"text": "text", "text_pair": "text pair", "image": "image", "generate": "generate {value}"}
+WORDS = {
+    "text": "text",
+    "text_pair": "text pair",
+    "image": "image",
+    "audio": "audio clip",
+    "generate": "generate {value}",
+}
 SERIES_TEXT = "numeric series"
 
 
@@ -26,30 +32,35 @@ def sample_input(meta: dict, model_path: str | Path) -> dict:
     if not isinstance(sample, dict):
         return {}
     out = {k: sample[k] for k in KEYS if sample.get(k) not in (None, "")}
-    if out.get("image"):
-        found = _sample_image(str(out["image"]), Path(model_path))
-        if found is None:  # a model's metadata never makes attnviz read a file outside the model's folder
-            del out["image"]
-        else:
-            out["image"] = str(found)
+    for key in ("image", "audio"):
+        if out.get(key):
+            found = _sample_file(str(out[key]), Path(model_path), RUN_SAMPLE if key == "image" else None)
+            if found is None:  # a model's metadata never makes attnviz read a file outside the model's folder
+                del out[key]
+            else:
+                out[key] = str(found)
     return out
 
 
+FOLDER_META = "encoder_model.onnx"  # the file of a model folder whose metadata holds the folder's sample
 # the image `attnviz train` writes beside the model it exports (the metadata names the demo's copy under resources/)
 RUN_SAMPLE = "sample.png"
 # demos keep samples in resources/samples/ beside models/ (checkout) or beside the model (wheel: attnviz/demos)
 DEMO_SAMPLES = Path("resources", "samples")
 
 
-def _sample_image(name: str, model_path: Path) -> Path | None:
-    """Where the sample image a model's metadata names is: a relative path inside the model's folder, a run
-    folder's ``sample.png``, or the checkout's ``resources/samples/``; None for an absolute path, a path out of
+def _sample_file(name: str, model_path: Path, run_sample: str | None) -> Path | None:
+    """Where the sample image (clip) a model's metadata names is: a relative path inside the model's folder (a
+    speech model's folder itself), a run folder's ``run_sample``, or the checkout's ``resources/samples/``; None for an absolute path, a path out of
     the folder, or no such file (never the current directory: the same model opens the same from anywhere)."""
     rel = Path(name)
     if rel.is_absolute() or ".." in rel.parts:
         return None
-    folder = model_path.parent
-    candidates = [(folder / rel, folder), (folder / RUN_SAMPLE, folder)]  # (file, the folder it must stay in)
+    # a speech model is a folder (encoder_model.onnx + decoder_model.onnx): its sample clip lies inside it
+    folder = model_path if model_path.is_dir() else model_path.parent
+    candidates = [(folder / rel, folder)]  # (file, the folder it must stay in)
+    if run_sample:
+        candidates.append((folder / run_sample, folder))
     if rel.parent == DEMO_SAMPLES:
         candidates.append((folder.parent / rel, folder.parent / DEMO_SAMPLES))
     # resolved, as external data is (runtime/loading.py): a link in the folder does not lead out of it either
@@ -78,8 +89,10 @@ def sample_for_path(model_path: str | Path) -> Sample:
     from attnviz.runtime.inputs import guess_role
     from attnviz.runtime.model import io_info
 
+    # a speech folder's sample is in its encoder's metadata (the engine's ModelSet reads it there too)
+    path = Path(model_path) / FOLDER_META if Path(model_path).is_dir() else Path(model_path)
     try:
-        m = onnx.load(str(model_path), load_external_data=False)
+        m = onnx.load(str(path), load_external_data=False)
     except Exception:
         return Sample({})
     meta = md.parse({p.key: p.value for p in m.metadata_props})

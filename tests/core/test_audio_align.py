@@ -22,15 +22,14 @@ SEGMENTS = [(10, 24), (24, 40), (40, 71), (71, 90), (90, 112), (112, 130)]
 
 
 def planted(frames=150, layers=2, heads=3, seed=0):
-    """Cross-attention that moves through the frames as the tokens are spoken: the rows after the prompt (the
-    fed tokens 0..4, each predicting the next token or the end) peak on the next token's frames, the last on the
-    silence after the words; noise elsewhere."""
+    """Cross-attention that moves through the frames as the tokens are spoken: the prompt's last row (it predicts
+    token 0) peaks on token 0's frames, each fed token's row (predicting the next token or the end) on the next
+    token's, the last on the silence after the words; noise elsewhere."""
     rng = np.random.default_rng(seed)
     n = len(SEGMENTS) - 1
     w = rng.uniform(0, 0.3, (layers, heads, P + n, frames)).astype(np.float32)
-    for k in range(n):
-        s, e = SEGMENTS[k + 1]
-        w[:, :, P + k, s:e] += 4.0
+    for k, (s, e) in enumerate(SEGMENTS):
+        w[:, :, P - 1 + k, s:e] += 4.0
     return w / w.sum(-1, keepdims=True)
 
 
@@ -45,16 +44,26 @@ def test_planted_monotonic_attention_gives_the_planted_times_as_transformers_doe
     starts = [s * 0.02 for s, _ in SEGMENTS[2:]]
     np.testing.assert_allclose(got, [0] * P + [0.0, *starts, starts[-1]], atol=1e-6)
 
-    # words: token t spans (times[t - 1], times[t]), so from the third word on each word is its own segment; the
-    # first spans (0, 0) and the second starts at 0, as transformers has them (the row that predicts the first
-    # word is the prompt's last, which it leaves out of the warp, and the warp's first row starts at frame 0)
+
+def test_planted_words_are_their_segments_the_first_from_the_clips_start():
+    """Words warp from the prompt's last row (OpenAI whisper's rows; transformers' token times leave it out, which
+    made the first word (0, 0) and the second span both): token t spans the start of its row's segment to the next
+    one's, the first from frame 0 (the warp starts there) to the end of its segment."""
+    w = planted()
+    heads = [(0, 1), (1, 2), (1, 0)]
     ids = [61, 62, 65, 66, 10, 11, 12, 13, 14]
     labels = {10: " the", 11: " cat", 12: " sat", 13: " on", 14: " mats"}
-    words = aa.word_times(got, ids, lambda t: "".join(labels.get(i, "<|x|>") for i in t), P, lambda i: i >= 60)
+    weights = np.stack([w[lay, h] for lay, h in heads])
+    decode = lambda t: "".join(labels.get(i, "<|x|>") for i in t)
+    words = aa.align_words(weights, ids, decode, P, 280, lambda i: i >= 60)
     assert [w.text for w in words] == ["the", "cat", "sat", "on", "mats"]
-    assert [(w.start, w.end) for w in words][2:] == [(s * 0.02, e * 0.02) for s, e in SEGMENTS[2:5]]
-    assert [(w.start, w.end) for w in words][:2] == [(0.0, 0.0), (0.0, SEGMENTS[1][1] * 0.02)]
+    spans = [(0, SEGMENTS[0][1])] + SEGMENTS[1:5]
+    assert [(w.start, w.end) for w in words] == [(round(s * 0.02, 2), round(e * 0.02, 2)) for s, e in spans]
+    assert all(w.end > w.start for w in words)
     assert words[2].positions == (6,) and words[2].tokens == (12,)
+    # the same warp as transformers' with one prompt row fewer (its DTW code on the rows it is given)
+    want = transformers_times(w[None], heads, P - 1, num_frames=2 * 140)[0]
+    assert aa.word_times(want, ids, decode, P, lambda i: i >= 60) == words
 
 
 @pytest.mark.parametrize("num_frames", [None, 300, [260, 300]])

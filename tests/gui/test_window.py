@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -405,6 +406,22 @@ def test_demo_model_preference(tmp_path):
     assert demo_model(tmp_path).name == "translation.onnx"
 
 
+def test_the_demo_list_takes_the_speech_folder_after_the_files(tmp_path):
+    """File ▸ Open demo's list: the .onnx demos in preference order, then a folder holding encoder_model.onnx (the
+    speech demo); another folder or file is no demo, and a speech folder alone is the default."""
+    from attnviz.gui.app import demo_model, demo_models
+
+    (tmp_path / "spoken-digits").mkdir()
+    (tmp_path / "spoken-digits" / "encoder_model.onnx").write_bytes(b"x")
+    assert demo_model(tmp_path).name == "spoken-digits"
+    (tmp_path / "resources").mkdir()
+    (tmp_path / "README.md").write_text("x")
+    for n in ("forecasting.onnx", "translation.onnx"):
+        (tmp_path / n).write_bytes(b"x")
+    assert [p.name for p in demo_models(tmp_path)] == ["translation.onnx", "forecasting.onnx", "spoken-digits"]
+    assert demo_model(tmp_path).name == "translation.onnx"
+
+
 def test_overview_log_scale_and_view_shortcuts(qtbot, window, files):
     open_and_wait(qtbot, window, files["text.onnx"])
     ov = window.overview
@@ -437,3 +454,16 @@ def test_switching_views_and_heads_reruns_nothing(qtbot, window, files):
     window.controls.step.setValue(1)
     window.controls.block.setCurrentIndex(2)
     assert model.calls == calls  # only the session's arrays were re-sliced
+
+
+def test_file_open_demo_lists_the_bundled_demos(window):
+    """File ▸ Open demo: one entry per bundled demo (the checkout's models/), the speech folder among them."""
+    from attnviz.gui.app import demo_models
+
+    file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
+    demo = next(a.menu() for a in file_menu.actions() if a.menu() is not None and a.text() == "Open &demo")
+    names = [a.text() for a in demo.actions()]
+    want = [p.stem if p.suffix == ".onnx" else p.name for p in demo_models()]
+    assert names == want and demo.isEnabled() == bool(want)
+    if (Path(__file__).resolve().parents[2] / "models" / "spoken-digits").is_dir():
+        assert "spoken-digits" in names and names[0] == "translation"

@@ -47,6 +47,10 @@ def test_wheel_carries_demos_samples_and_licence(wheel):
         assert info.file_size == (ROOT / "models" / name).stat().st_size  # the real file, not a pointer
     for p in (ROOT / "resources" / "samples").iterdir():
         assert f"attnviz/demos/resources/samples/{p.name}" in names
+    speech = ROOT / "models" / "spoken-digits"  # the speech demo is a folder: every file of it, its clip included
+    for p in speech.iterdir() if speech.is_dir() else ():
+        info = zipfile.ZipFile(wheel).getinfo(f"attnviz/demos/spoken-digits/{p.name}")
+        assert info.file_size == p.stat().st_size
     lic = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
     assert lic and b"MIT License" in zipfile.ZipFile(wheel).read(lic[0])
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()

@@ -25,6 +25,9 @@ from attnviz.runtime.audio import FeatureSpec  # noqa: E402
 pytestmark = pytest.mark.slow
 RATE = 16000
 P = 4  # <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
+# words warp from the prompt's last row (OpenAI whisper's rows, core/audio_align.word_rows): transformers' DTW on
+# the rows from there is their reference; its own token_timestamps (from row P) are the generated tokens' times
+W = P - 1
 HEADS = [[1, 0], [1, 3], [0, 2]]
 GOLD = [("w3", 0.10, 0.55), ("w17", 0.55, 1.00), ("w5", 1.10, 1.60), ("w8", 1.60, 2.30)]
 
@@ -139,7 +142,7 @@ def _by_hand(errs):
 
 def test_cli_words_and_every_head_scored_as_transformers_times_say(whisper, tmp_path, capsys):
     """Teacher-forced on the reference's words: the words file holds transformers' times (its DTW on its own
-    eager attentions), heads.parquet every cross head and the alignment-heads set, each row equal to the shares
+    eager attentions, from the row that predicts the first word), heads.parquet every cross head and the alignment-heads set, each row equal to the shares
     and mean error computed by hand from transformers' times for that head alone; a TextGrid of the same words
     gives the same table."""
     folder, hf, fe = whisper
@@ -153,7 +156,7 @@ def test_cli_words_and_every_head_scored_as_transformers_times_say(whisper, tmp_
 
     ids = [61, 62, 65, 66, 3, 17, 5, 8]
     cross, n_frames, probs = _hf_cross(hf, fe, chirp(), ids, logits=True)
-    want = transformers_times(cross, HEADS, P, n_frames)[0]
+    want = transformers_times(cross, HEADS, W, n_frames)[0]
     lines = out.read_text().splitlines()
     assert lines[0] == "word\tstart\tend\ttokens\tprobability"
     rows = [ln.split("\t") for ln in lines[1:]]
@@ -178,7 +181,7 @@ def test_cli_words_and_every_head_scored_as_transformers_times_say(whisper, tmp_
     assert len(table) == 2 * 4 + 1 and {r["stack"] for r in table} == {"decoder"}
     for r in table:
         heads = HEADS if r["kind"] == "alignment heads" else [[r["layer"], r["head"]]]
-        hand = _by_hand(_errors(transformers_times(cross, heads, P, n_frames)[0]))
+        hand = _by_hand(_errors(transformers_times(cross, heads, W, n_frames)[0]))
         assert [r["within_20ms"], r["within_50ms"], r["within_100ms"], r["mean_abs_error_s"]] == pytest.approx(hand)
         assert r["boundaries"] == 8
     keys = [(-r["within_50ms"], r["mean_abs_error_s"]) for r in table]
@@ -229,7 +232,7 @@ def test_cli_a_folder_of_recordings_scored_together(whisper, tmp_path, capsys):
         heads = HEADS if r["kind"] == "alignment heads" else [[r["layer"], r["head"]]]
         errs = []
         for k, (attn, n_frames) in cross.items():
-            errs += _errors(transformers_times(attn, heads, P, n_frames)[0], golds[k])
+            errs += _errors(transformers_times(attn, heads, W, n_frames)[0], golds[k])
         assert [r["within_20ms"], r["within_50ms"], r["within_100ms"], r["mean_abs_error_s"]] == pytest.approx(
             _by_hand(errs)
         )

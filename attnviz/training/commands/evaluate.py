@@ -12,7 +12,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model",
         metavar="MODEL.onnx",
-        help="a model written by 'attnviz train' (metadata names its task), or its run folder",
+        help="a model written by 'attnviz train' (metadata names its task), or its run folder (spoken-digits: the "
+        "exported speech folder)",
     )
     p.add_argument("--n", type=int, default=None, metavar="N", help="score only the first N held-out examples")
     p.add_argument("--provider", default="cpu", choices=("cpu", "cuda"), help="onnxruntime execution provider")
@@ -27,7 +28,20 @@ def run(args) -> int:
     from attnviz.training.export import read_config
     from attnviz.training.runners import OnnxRunner, take
     from attnviz.training.tasks import get_task
+    from attnviz.training.tasks.spoken_digits import evaluate_folder, is_task_folder
 
+    if args.n is not None and args.n < 1:
+        raise AttnvizError("--n must be at least 1")
+    speech = Path(args.model)
+    if speech.is_dir() and not is_task_folder(speech) and is_task_folder(speech / "model"):  # its run folder
+        speech = speech / "model"
+    if speech.is_dir() and is_task_folder(speech):  # a spoken-digits Whisper folder
+        args.model = str(speech)
+        t0 = time.perf_counter()
+        metrics = evaluate_folder(Path(args.model), args.n)
+        out = {"model": args.model, "task": "spoken-digits", "split": "test", "provider": "cpu", "metrics": metrics}
+        print(json.dumps(out | {"seconds": round(time.perf_counter() - t0, 2)}, indent=2))
+        return 0
     run_model = Path(args.model) / "model.onnx"
     if Path(args.model).is_dir() and run_model.is_file():  # a run folder, as open / inspect / extract take it
         args.model = str(run_model)  # (it said "is a folder; give a file")
@@ -40,8 +54,6 @@ def run(args) -> int:
     runner = OnnxRunner(args.model, provider=args.provider)
     data = task.make_split("test", mcfg, tcfg)
     if args.n is not None:
-        if args.n < 1:
-            raise AttnvizError("--n must be at least 1")
         data = take(data, slice(0, args.n))
     t0 = time.perf_counter()
     metrics = task.evaluate(runner, data, mcfg)

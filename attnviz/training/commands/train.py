@@ -17,7 +17,7 @@ HELP = "train a small transformer on a built-in task and export it, self-describ
 # kept here (not imported from tasks) so `attnviz --help` does not import torch
 TASK_NAMES = (
     "sequence-classification, forecasting, vit-classification, translation, captioning, "
-    "translation-synthetic, toy-reverse, toy-caption"
+    "translation-synthetic, toy-reverse, toy-caption, spoken-digits"
 )
 
 
@@ -191,6 +191,8 @@ def _run(args) -> int:
     from attnviz.training.tasks import get_task
 
     task = get_task(args.task)
+    if task.trains_itself:
+        return _run_own(task, args)
     mcfg, tcfg = task.configs(args.preset)
     _apply_overrides(mcfg, tcfg, args.overrides)
     if args.seed is not None:
@@ -294,6 +296,27 @@ def _run(args) -> int:
     # where it went and what to do next (the JSON above is for scripts; export-hf ends the same way)
     model = out / MODEL
     print(f"wrote {model} and {out / 'metrics.json'}; open it with: attnviz open {model}", file=sys.stderr)
+    return 0
+
+
+def _run_own(task, args) -> int:
+    """A task that trains and exports by itself (spoken-digits: a Whisper folder); the --set fields are the loop's."""
+    from attnviz import AttnvizError
+
+    if args.overrides or args.epochs is not None or args.restart:
+        used = "--set" if args.overrides else "--epochs" if args.epochs is not None else "--restart"
+        raise AttnvizError(f"{used}: {task.name} takes --preset, --steps and --seed only (it trains a Whisper folder)")
+    if args.steps is not None and args.steps < 1:
+        raise AttnvizError("--steps must be at least 1")
+    out = Path(args.out)
+    summary = task.run(
+        out, args.preset, args.seed, args.steps, lambda line: None if args.quiet else print(line, file=sys.stderr)
+    )
+    print(json.dumps(summary, indent=2))
+    print(
+        f"wrote {summary['model']} and {out / 'metrics.json'}; open it with: attnviz open {summary['model']}",
+        file=sys.stderr,
+    )
     return 0
 
 

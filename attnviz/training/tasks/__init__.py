@@ -51,6 +51,10 @@ Subclass :class:`Task` and set/implement:
 
 ``target`` (optional class attribute) says what the shipped model must reach (documentation only).
 
+``trains_itself`` (optional class attribute, default False): the task owns its whole run (``run(out, preset, seed,
+steps, say)``) and its held-out evaluation of what it exported (``evaluate_folder``); ``spoken-digits`` trains
+transformers' Whisper and exports the speech folder the runtime opens, which the loop above does not build.
+
 Helpers: :func:`predict` (logits over a split), :func:`greedy_decode` (generation through ``runner.logits``),
 :func:`attention_groups` (canonical maps -> encoder / decoder self / cross lists per layer, e.g. for AER or the
 pointing game), :func:`split_seed` (fixed data seeds), :func:`register` (add a task to :data:`TASKS`).
@@ -70,12 +74,14 @@ from attnviz import AttnvizError
 from attnviz.training.config import ModelConfig, TrainConfig
 from attnviz.training.model import cross_attention_indices, encoder_layers, input_names
 from attnviz.training.runners import batched, take
+from attnviz.training.seeds import split_seed  # noqa: F401  (the tasks' and their callers' name for it)
 
 
 class Task:
     name: str = ""
     summary: str = ""
     target: str = ""  # the held-out result the demo model must reach, for the docs
+    trains_itself: bool = False  # True: run() does training and export (see the module docstring)
 
     # -- must implement --------------------------------------------------------
     def configs(self, preset: str) -> tuple[ModelConfig, TrainConfig]:
@@ -190,16 +196,11 @@ def greedy_decode(runner, feeds: dict[str, np.ndarray], bos: int, eos: int, max_
     return out
 
 
-def split_seed(task: str, split: str) -> int:
-    """Fixed data seed per (task, split); train and test never share one."""
-    base = sum(ord(c) * (i + 1) for i, c in enumerate(task)) % 100_000
-    return base * 10 + {"train": 1, "test": 2, "sample": 3}[split]
-
-
 def _registry() -> dict[str, Task]:
     from attnviz.training.tasks.captioning import Captioning
     from attnviz.training.tasks.forecasting import Forecasting
     from attnviz.training.tasks.sequence_classification import SequenceClassification
+    from attnviz.training.tasks.spoken_digits import SpokenDigits
     from attnviz.training.tasks.toy import ToyCaption, ToyReverse
     from attnviz.training.tasks.translation import Translation, TranslationSynthetic
     from attnviz.training.tasks.vit_classification import VitClassification
@@ -213,6 +214,7 @@ def _registry() -> dict[str, Task]:
         TranslationSynthetic(),
         ToyReverse(),
         ToyCaption(),
+        SpokenDigits(),  # trains_itself: a Whisper folder, its own run (tasks/spoken_digits.py)
     ]
     return {t.name: t for t in tasks}
 
