@@ -333,6 +333,7 @@ WRITES_ALLOWED = {
     "training/hf_export.py": "onnx.save / copies into a private staging folder published by core.writes.publish_folder",
     "training/hf_vlm.py": "onnx.save (metadata) into export-hf's private staging folder, published by core.writes.publish_folder",
     "training/commands/train.py": "the sample image into core.writes.atomic_path's temp file",
+    "training/tasks/spoken_digits.py": "onnx.save of the exported folder's metadata into core.writes.atomic_path's temp file",
     "gui/export.py": "Qt paints into core.writes.atomic_path's temp file",
     "figures/render.py": "savefig into memory; core.writes.atomic_write_bytes writes the bytes",
 }

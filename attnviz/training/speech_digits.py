@@ -15,7 +15,6 @@ the held-out clips as its ``alignment_heads``.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -324,7 +323,3 @@ def save_source(model, report: Report, folder: Path) -> None:
 
 def config_dict(cfg: SpeechConfig) -> dict:
     return {"task": "spoken-digits", **asdict(cfg)}
-
-
-def write_json(path: Path, d: dict) -> None:
-    path.write_text(json.dumps(d, indent=2) + "\n")

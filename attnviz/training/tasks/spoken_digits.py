@@ -9,7 +9,6 @@ times ``attnviz align-audio`` gives (the folder's ``alignment_heads``) against t
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -50,11 +49,16 @@ def _sample_clip():
 
 
 def write_wav(path: Path, wave: np.ndarray) -> None:
+    import io
+
     import soundfile as sf
 
+    from attnviz.core.writes import atomic_write_bytes
     from attnviz.training.data_speech import RATE
 
-    sf.write(str(path), wave, RATE, subtype="PCM_16")
+    buf = io.BytesIO()  # encoded in memory, written in one step through the guard (core.writes)
+    sf.write(buf, wave, RATE, subtype="PCM_16", format="WAV")
+    atomic_write_bytes(path, buf.getvalue(), "--out")
 
 
 def train_and_export(out: Path, preset: str, seed: int | None, steps: int | None, say) -> dict:
@@ -84,6 +88,7 @@ def train_and_export(out: Path, preset: str, seed: int | None, steps: int | None
 def finish(out: Path, cfg, report, params: int, seconds: float, preset: str, say) -> dict:
     """Export the run's transformers checkpoint (``out/hf``) to ``out/model``, add the sample clip, measure the
     folder through the engine, and record it all in the files' metadata and ``out/metrics.json``."""
+    from attnviz.core.writes import atomic_write_json
     from attnviz.training import data_speech as ds
     from attnviz.training import speech_digits as sd
     from attnviz.training.hf_export import export_hf
@@ -118,7 +123,7 @@ def finish(out: Path, cfg, report, params: int, seconds: float, preset: str, say
         "metrics": metrics,
         "model": str(folder),
     }
-    (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write_json(out / "metrics.json", summary, "--out")
     return summary
 
 
@@ -127,6 +132,7 @@ def add_metadata(folder: Path, meta: dict) -> None:
     import onnx
 
     from attnviz.core import metadata as md
+    from attnviz.core.writes import atomic_path
 
     for name in ("encoder_model.onnx", "decoder_model.onnx"):
         m = onnx.load(str(folder / name))
@@ -136,7 +142,8 @@ def add_metadata(folder: Path, meta: dict) -> None:
         for k, v in md.dump(meta).items():
             p = m.metadata_props.add()
             p.key, p.value = k, v
-        onnx.save(m, str(folder / name))
+        with atomic_path(folder / name, "--out") as tmp:
+            onnx.save(m, str(tmp))
 
 
 def is_task_folder(path: Path) -> bool:
