@@ -12,9 +12,11 @@ from PySide6.QtGui import QAction, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
+    QFrame,
     QLabel,
     QMainWindow,
     QMessageBox,
+    QScrollArea,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -148,9 +150,18 @@ class MainWindow(QMainWindow):
         lv.setContentsMargins(0, 0, 0, 0)
         lv.addWidget(self.inputs)
         lv.addWidget(self.controls, 1)
+        # in a scroll area: the panel's fields (inputs, selection, colour scale and top, ...) would otherwise set
+        # the window's minimum height (720 px once the colour-top box came), taller than a 1366x768 laptop's screen
+        # and than `open --size 1000x700`; the panel scrolls where the window is shorter than its fields
+        scroll = QScrollArea()
+        scroll.setWidget(left)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(left.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
         self.left_dock = QDockWidget("Input && view", self)
         self.left_dock.setObjectName("input_dock")
-        self.left_dock.setWidget(left)
+        self.left_dock.setWidget(scroll)
         self.left_dock.setFeatures(
             QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetFloatable
         )
