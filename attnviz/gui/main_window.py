@@ -158,7 +158,12 @@ class MainWindow(QMainWindow):
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(left.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
+        # as wide as the panel was, and a scroll bar's width more only while the bar shows (the fields are not cut)
+        bar, panel_width = scroll.verticalScrollBar(), left.minimumSizeHint().width()
+        bar.rangeChanged.connect(
+            lambda _lo, hi: scroll.setMinimumWidth(panel_width + (bar.sizeHint().width() if hi else 0))
+        )
+        scroll.setMinimumWidth(panel_width)
         self.left_dock = QDockWidget("Input && view", self)
         self.left_dock.setObjectName("input_dock")
         self.left_dock.setWidget(scroll)

@@ -48,3 +48,18 @@ def test_a_window_sized_before_it_is_shown_fits_its_tabs(qtbot, settings, files)
     qtbot.waitUntil(lambda: bar.rect().contains(bar.tabRect(last)), timeout=5000)
     assert bar.tabRect(last).width() >= bar.tabSizeHint(last).width()
     w.workers.cancel()
+
+
+@pytest.mark.parametrize("height", [768 - 80, 600])
+def test_a_short_window_scrolls_the_input_panel_and_cuts_none_of_its_fields(qtbot, window, files, height):
+    """A 1366×768 laptop's screen less its panels: the window takes that height (its fields once set the minimum,
+    720 px), and the Input & view panel scrolls, a scroll bar's width wider, its fields as wide as at full size."""
+    open_and_wait(qtbot, window, files["text.onnx"])
+    window.resize(1100, height)
+    qtbot.waitUntil(lambda: window.height() == height)
+    scroll = window.left_dock.widget()
+    panel = scroll.widget()
+    qtbot.waitUntil(lambda: scroll.verticalScrollBar().isVisible())
+    assert scroll.verticalScrollBar().maximum() > 0  # the fields are taller than the panel: it scrolls
+    qtbot.waitUntil(lambda: scroll.viewport().width() >= panel.minimumSizeHint().width())
+    assert panel.width() >= panel.minimumSizeHint().width()  # no field cut under the scroll bar
