@@ -1,5 +1,6 @@
 """A Ctrl-C held back over a short block that must finish whole: a pool recording the process it just spawned
-(corpus/quietpool.py), several output files published together (core/writes.py's :func:`atomic_paths`)."""
+(corpus/quietpool.py), several output files published together (core/writes.py's :func:`atomic_paths`); and
+a wait that a Ctrl-C interrupts at once (:func:`result_of`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+
+T = TypeVar("T")
 
 
 class Terminated(KeyboardInterrupt):
@@ -90,3 +97,21 @@ def held() -> Iterator[None]:
             signal.signal(held_sig, h)
         if caught:
             handlers[signal.Signals(caught[0][0])](*caught[0])
+
+
+# A Ctrl-C that the kernel hands to another of the driver's threads (a pool's manager or feeder thread, a daemon
+# thread importing pyarrow) only sets Python's flag: a main thread blocked on a lock for a whole batch (a
+# Future's result) ran the handler when that batch came back, and the Ctrl-C waited for it (3.5 s measured, the
+# workers running on meanwhile).  Waits in slices of this many seconds run it within one slice instead.
+WAKE_S = 0.05
+
+
+def result_of(future: Future[T]) -> T:
+    """``future.result()``, waited for in slices of :data:`WAKE_S` so that a Ctrl-C meanwhile is raised at once.
+    (A thread's own end is not waited for this way: a ``Thread.join`` interrupted by a Ctrl-C marks a thread that
+    still runs as stopped, CPython 3.11's bpo-45274 clean-up; a Future that the thread completes is.)"""
+    while True:
+        try:
+            return future.result(timeout=WAKE_S)
+        except TimeoutError:  # (concurrent.futures.TimeoutError is the builtin since Python 3.11)
+            continue

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from attnviz.core.interrupts import result_of
 from attnviz.corpus.compare_reduce import ComparePartial, CompareSetup, CompareTask, PairReducer
 from attnviz.corpus.engines import _enter_worker
 
@@ -99,7 +100,7 @@ def local_engine(
             if len(window) >= 2 * setup.workers:
                 break
         while window:
-            part = window.popleft().result()
+            part = result_of(window.popleft())
             nxt = next(todo, None)
             if nxt is not None:
                 window.append(pool.pool.submit(_work, setup, nxt))

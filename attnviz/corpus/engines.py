@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
+from attnviz.core.interrupts import result_of
 from attnviz.corpus.quietspawn import settle
 
 # the reduction (numpy, the runtime) is imported where a worker builds its reducer, not here: the driver of
@@ -492,7 +493,7 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
         for task in itertools.islice(todo, 2 * lay.processes(setup.workers)):
             window.append(pool.submit(_work, setup, task))
         while window:
-            parts = window.popleft().result()
+            parts = result_of(window.popleft())
             nxt = next(todo, None)
             if nxt is not None:
                 window.append(pool.submit(_work, setup, nxt))

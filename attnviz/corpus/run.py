@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.attention import VISION_TOWER_KEY
+from attnviz.core.interrupts import result_of
 from attnviz.core.leaving import leaves_at_once
 from attnviz.core.notice import say
 from attnviz.core.stats import sink_note
@@ -429,23 +431,18 @@ class _ModelHash:
 
     def __init__(self, path: str):
         self._stop = threading.Event()
-        self._sha: str | None = None
-        self._error: BaseException | None = None
+        self._sha: Future[str] = Future()
         self._thread = threading.Thread(target=self._hash, args=(path,), name="attnviz-model-hash", daemon=True)
         self._thread.start()
 
     def _hash(self, path: str) -> None:
         try:
-            self._sha = it.sha256_model(path, self._stop)
+            self._sha.set_result(it.sha256_model(path, self._stop))
         except BaseException as e:  # raised by result(), in the driver's thread
-            self._error = e
+            self._sha.set_exception(e)
 
     def result(self) -> str:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._sha is not None
-        return self._sha
+        return result_of(self._sha)  # (a big model's hash takes seconds: a Ctrl-C meanwhile is raised at once)
 
     def stop(self) -> None:
         """The run is over (a result taken, or an error): a hash still running ends at its next MB."""
@@ -496,7 +493,7 @@ def _adopt_probe(model, job) -> str | None:
     (a model that crashes onnxruntime) leaves the probe to ``model`` itself, as without the pool, so that every
     outcome and message stays as it was."""
     try:
-        state, provider = job.result()
+        state, provider = result_of(job)
     except Exception:
         state = provider = None
     if state is None or not model.adopt_probe(state):
