@@ -461,6 +461,17 @@ def _unread_flags(args, view: str) -> str | None:
     return unread_note(view, [f.dest for f in VIEW_FLAGS if getattr(args, f.dest, None) is not None])
 
 
+def _model_reads(args, result, view: str) -> None:
+    """The view flags typed that mean nothing for the model (``--picture`` of a text model: no view would read it)
+    refused in one line (core.view_flags); after the view's own refusal (``--view image`` of a text model), which
+    names the fix that matters first."""
+    from attnviz.core.view_flags import VIEW_FLAGS, check_model_reads
+    from attnviz.figures.render import why_not
+
+    if why_not(result, view) is None:
+        check_model_reads(result, [f.dest for f in VIEW_FLAGS if getattr(args, f.dest, None) is not None])
+
+
 def _positional_file(args) -> None:
     """``attnviz figure MAPS.npz`` / ``attnviz figure R.json``: what the file is says what it is for (a model is never
     a .npz or a .json, and ``attnviz open MAPS.npz`` opens maps the same way) — else the maps of ``extract`` were
@@ -584,6 +595,7 @@ def run(args) -> int:
     for warning in fidelity:  # as extract says it (the export lacks part of the model's eager attention)
         say(warning, "warning")
 
+    _model_reads(args, result, spec.view)
     said_later.append(_unread_flags(args, spec.view))
     if not args.all_heads:
         fig = render_spec(result, spec)

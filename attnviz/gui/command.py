@@ -449,6 +449,12 @@ def run(args) -> int:
             if "image_from" in focus:  # first: its block is then selected, and --layer/--head are that block's
                 win.image_regions.choose_from(focus["image_from"])
             try:
+                from attnviz.core.view_flags import VIEW_FLAGS, check_model_reads
+
+                # a flag no view of this model reads (--picture of a text model) is refused, as figure does
+                check_model_reads(
+                    win.session.result, [f.dest for f in VIEW_FLAGS if getattr(args, f.dest, None) is not None]
+                )
                 asked = figure_focus(win.session.result, focus, args.view, win.session.sel)  # figure's, same flags
                 block = check_focus(win.session.result, asked, win.session.sel)
             except AttnvizError as e:  # as `figure` does: a layer that is not there is named, not clamped
