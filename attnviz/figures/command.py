@@ -74,15 +74,18 @@ _SPEC_ARGS = (
 
 
 def _heads(text: str) -> list[int]:
+    from attnviz.core.comma_list import EmptyItem, comma_items
+
     try:
-        out = [whole(t) for t in text.split(",") if t.strip() != ""]
+        items = comma_items(text)
+    except EmptyItem as e:  # '0,,1' drew heads 0 and 1, '1,' head 1: a head left out is named, not skipped
+        raise argparse.ArgumentTypeError(f"{e}; give a head or a comma list like 0,3,5") from None
+    try:
+        return [whole(t) for t in items]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"head must be a number or a comma list like 0,3,5, not {quoted(text)}"
         ) from None
-    if not out:
-        raise argparse.ArgumentTypeError("empty head list")
-    return out
 
 
 def _layer_range(text: str) -> tuple[int, int]:
