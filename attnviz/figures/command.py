@@ -17,7 +17,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.notice import say
-from attnviz.core.numbers import whole
+from attnviz.core.numbers import as_typed_arg, whole
 from attnviz.core.quoted import quoted
 from attnviz.figures.spec import (
     AGGREGATES,
@@ -240,7 +240,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "map (map: links compare across tokens; a long causal input's later tokens then show none)",
     )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
-    view.add_argument("--vmax", type=float, help="top of the colour scale by hand (default: the one --scale gives)")
+    view.add_argument(  # (the number kept as typed: its refusal shows 0.0000001, not Python's 1e-07)
+        "--vmax", type=as_typed_arg, help="top of the colour scale by hand (default: the one --scale gives)"
+    )
     view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
     size = p.add_argument_group("size and output")
     size.add_argument(
@@ -344,7 +346,7 @@ def _spec_overrides(args) -> dict:
                 d["head"], d["heads"] = None, v
             continue
         if k == "vmax":  # its refusal names the flag as typed (FigureSpec's own check says 'vmax')
-            check_vmax(v, "--vmax")
+            v = check_vmax(v, "--vmax")  # (a plain float: the spec and its recipe hold the number)
         if k == "block" and isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
             v = int(v)  # (ASCII digits only: '٣'.isdigit() is true, and int() reads it as 3)
         d[k] = v

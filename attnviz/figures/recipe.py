@@ -18,7 +18,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.json_types import check_types, hints_of, shown
-from attnviz.core.untrusted import open_regular, read_json
+from attnviz.core.untrusted import open_regular, parse_json, read_bytes
 from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FigureSpec, check_vmax
 
@@ -230,16 +230,27 @@ def load_recipe(path: str | os.PathLike, check_hashes: bool = True) -> dict:
     path = Path(path)
     if not path.exists():
         raise AttnvizError(f"{path}: no such recipe file")
-    r = read_json(path, "recipe", limit=16 * 2**20, fix="write one with 'attnviz figure ... --out F'")
+    data = read_bytes(path, "recipe", 16 * 2**20)  # (kept: a refused number is shown as the file writes it)
+    r = parse_json(data, f"recipe {path}", None, "write one with 'attnviz figure ... --out F'")
     try:
-        return _checked_recipe(r, path, check_hashes)
+        return _checked_recipe(r, path, check_hashes, data)
+    except AttnvizError:  # its own line (a ViewError is a ValueError too: it came out "malformed recipe (ViewE…")
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # a hand-edited or hostile recipe
         raise AttnvizError(
             f"{path}: malformed recipe ({type(e).__name__}: {str(e)[:100]}); regenerate it with 'attnviz figure'"
         ) from None
 
 
-def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
+def _vmax_as_written(data: bytes):
+    """The recipe's ``view.vmax`` as its file writes it (``0.0000001``, which json reads as 1e-07): its text parsed
+    again (it parsed once, so it is well-formed JSON), numbers kept as written."""
+    from attnviz.core.numbers import as_typed_json
+
+    return (json.loads(data.decode("utf-8-sig"), parse_float=as_typed_json).get("view") or {}).get("vmax")
+
+
+def _checked_recipe(r, path: Path, check_hashes: bool, data: bytes | None = None) -> dict:
     if not isinstance(r, dict) or r.get("attnviz_recipe") is None:
         raise AttnvizError(f"{path}: not an attnviz figure recipe (no 'attnviz_recipe' key)")
     if int(r["attnviz_recipe"]) > RECIPE_FORMAT:
@@ -262,7 +273,14 @@ def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
         if sec in _SECTION_TYPES and r.get(sec):
             check_types(r[sec], _SECTION_TYPES[sec], f"{path.name}: {sec}", _FIX)
     check_types(r.get("view") or {}, hints_of(FigureSpec), f"{path.name}: view", _FIX)
-    check_vmax((r.get("view") or {}).get("vmax"), f"{path.name}: view.vmax")  # named as the recipe holds it
+    vmax = (r.get("view") or {}).get("vmax")
+    try:
+        check_vmax(vmax, f"{path.name}: view.vmax")  # named as the recipe holds it
+    except AttnvizError:
+        if data is None or not isinstance(vmax, float):
+            raise
+        check_vmax(_vmax_as_written(data), f"{path.name}: view.vmax")  # the same refusal, the number as written
+        raise
     for sec, key in _FILE_KEYS:
         if r.get(sec) and r[sec].get(key):
             r[sec][key] = _resolve(r[sec][key], base, names[key], check_hashes, f"{path.name}: {sec}.{key}")

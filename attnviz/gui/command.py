@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from attnviz.core.notice import say
+from attnviz.core.numbers import as_typed_arg
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, SCALES
 from attnviz.runtime.commands.common import (
     MAX_TOKENS_HELP,
@@ -141,7 +142,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--vmax",
-        type=float,
+        type=as_typed_arg,  # (kept as typed: its refusal shows 0.0000001, not Python's 1e-07)
         default=None,
         help="top of the colour scale by hand (the colour-top box), as `figure --vmax`: every view that draws a "
         "colour scale reads it (default: the one --scale gives)",
