@@ -190,6 +190,39 @@ def recipe_bytes(recipe: dict, path: str | os.PathLike) -> bytes:
     return (json.dumps(r, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+def _kinds() -> dict[str, tuple[str, ...]]:
+    """What each file entry names, by its name's suffix (what the command line opens for that flag)."""
+    from attnviz.runtime.audio import AUDIO_SUFFIXES
+    from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    return {"model file": (".onnx",), "maps file": (".npz",), "image": IMAGE_SUFFIXES, "audio file": AUDIO_SUFFIXES,
+            "feeds file": (".npz",), "tokenizer": (".json",)}  # fmt: skip
+
+
+def _model_folder(p: Path) -> bool:
+    """An export folder's model files are there (optimum's, a Hub repository's onnx/): listed, none read."""
+    return p.is_dir() and (any(p.glob("*.onnx")) or any(p.glob("onnx/*.onnx")))
+
+
+def _may_look(c: Path, base: Path, what: str, where: str) -> None:
+    """Refuse, before it is opened (or its existence told), a file a recipe names outside its own folder that is
+    not of its entry's kind: a recipe from elsewhere naming /etc/passwd or /proc/self/environ as its model had it
+    hashed, then refused as "changed".  A recipe's inputs may lie elsewhere (its model in models/, the figure in
+    figs/: attnviz writes such recipes), so outside the folder a name of the entry's kind is looked at; inside,
+    any name (the folder is what the user handed over).  Where a name's links lead counts, not the name."""
+    real = Path(os.path.realpath(c))  # (links followed: names read, no file opened)
+    if real == base or base in real.parents:
+        return
+    kinds = _kinds()[what]
+    if real.suffix.lower() in kinds or (what == "model file" and _model_folder(real)):
+        return
+    them = "an export folder or a" if what == "model file" else "an" if what[0] in "aeiou" else "a"
+    raise AttnvizError(
+        f"{where} names {c}, outside the recipe's folder and not {them} {what} ({', '.join(kinds)}): a recipe "
+        f"reads no other file; point it at the {what} or edit the recipe"
+    )
+
+
 def _resolve(entry: dict | None, base: Path, what: str, check: bool, where: str = "the recipe's entry") -> dict | None:
     if not entry:
         return None
@@ -204,8 +237,14 @@ def _resolve(entry: dict | None, base: Path, what: str, check: bool, where: str 
     cands = [base / entry["path"]]
     if entry.get("abs_path"):
         cands.append(Path(entry["abs_path"]))
-    # a model may be an export folder (optimum's encoder + decoder files, a Hub repository): file_sha256 hashes those
-    found = next((c for c in cands if c.is_file() or (what == "model file" and c.is_dir())), None)
+    found = None
+    for c in cands:  # in turn: abs_path is looked at only where path names nothing
+        _may_look(c, base, what, where)
+        # a model may be an export folder (optimum's encoder + decoder files, a Hub repository): file_sha256 hashes
+        # those
+        if c.is_file() or (what == "model file" and c.is_dir()):
+            found = c
+            break
     odd = next((c for c in cands if c.exists()), None) if found is None else None
     if odd is not None:
         # a folder, a device or a pipe (/dev/zero, a FIFO) is there: "missing" was the wrong reason (none is read)
