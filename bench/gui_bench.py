@@ -74,17 +74,7 @@ from attnviz.gui.app import make_app
 from attnviz.gui.main_window import MainWindow
 from engine_bench import feeds
 assert __import__("attnviz").__file__.startswith(root)
-def child_cpu():
-    total = 0.0
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(st[1]) == os.getpid():
-                total += (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+from proc_cpu import children_cpu_s as child_cpu
 app = make_app()
 win = MainWindow(opener=lambda *a, **k: None, settings=QSettings(os.devnull, QSettings.IniFormat))
 win.resize(1400, 900)

@@ -58,18 +58,10 @@ kind = type(warm.maps[0]).__name__ if hasattr(warm, "maps") else "-"
 del warm
 def cpu():
     import resource
+    from proc_cpu import children_cpu_s
     a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
     # the isolation child is still running: its time is in /proc, not in RUSAGE_CHILDREN yet
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(st[1]) == os.getpid():
-                total += (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime + children_cpu_s()
 out = []
 for _ in range(rounds):
     c = cpu()  # (a scan of /proc: before the clock starts, not inside the run's wall)

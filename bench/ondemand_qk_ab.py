@@ -56,18 +56,13 @@ def main() -> None:
     if a.inprocess:
         os.environ["ATTNVIZ_INPROCESS"] = "1"
     from engine_bench import export_minilm, feeds
+    from proc_cpu import ticks_cpu_s
 
     from attnviz.runtime import host
     from attnviz.runtime import model as rm
 
-    tick = os.sysconf("SC_CLK_TCK")
-
     def cpu() -> float:
-        total = time.process_time()
-        if host._host is not None:
-            st = open(f"/proc/{host._host.proc.pid}/stat").read().rsplit(")", 1)[1].split()
-            total += (int(st[11]) + int(st[12])) / tick
-        return total
+        return time.process_time() + (ticks_cpu_s(host._host.proc.pid) if host._host is not None else 0.0)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = export_minilm(Path(tmp), max(4096, a.tokens))

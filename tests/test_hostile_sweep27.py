@@ -130,7 +130,8 @@ WANT = {
     "span negative, with =": (("--span", "counted from 0", "'-3-5'"), ()),
     "span 5,000 digits": (("positions must look like 300-399", "(5,002 characters)"), (LONG[:100],)),
     "heads 10,000 stars": (("--heads 'encoder self 0:", "(10,015 characters)", "STACK KIND LAYER:HEAD"), ("*" * 100,)),
-    "recipe image /dev/zero": (("inputs.image names /dev/zero", "not a regular file"), ("missing",)),
+    # (small29: refused by its name before it is looked at: outside the recipe's folder, not an image)
+    "recipe image /dev/zero": (("inputs.image names /dev/zero", "outside the recipe's folder"), ("missing",)),
     "recipe image a FIFO": (("pipe.png, which is not a regular file",), ("missing",)),
     "figure --out the --text-file": (("--out", "doc.pdf is the --text-file this command reads"), ()),
     "extract --out the --text-file": (("doc.npz is the --text-file this command reads",), ()),

@@ -73,9 +73,9 @@ def ran(tmp_path_factory) -> dict:
 @pytest.mark.parametrize(
     "case, words",
     [
-        # the flag as typed (ux28); 1e400 is the float argparse read, shown as Python writes it
+        # the flag and its number as typed (ux28, small29): 1e400, not the float inf argparse read
         ("vmax inf", ("attnviz: error: --vmax inf:", "> 0")),
-        ("vmax 1e400", ("attnviz: error: --vmax inf:", "> 0")),
+        ("vmax 1e400", ("attnviz: error: --vmax 1e400:", "> 0")),
         # (a recipe's Infinity was refused already, by the recipe's type check)
         ("recipe vmax Infinity", ("attnviz: error: inf.json: view.vmax is Infinity; give a number or null",)),
     ],

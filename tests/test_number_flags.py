@@ -15,7 +15,7 @@ import pytest
 from cli_run import run_cli
 
 from attnviz.cli import COMMANDS, build_parser
-from attnviz.core.numbers import decimal, decimal_arg, whole, whole_arg
+from attnviz.core.numbers import as_typed_arg, decimal, decimal_arg, whole, whole_arg
 
 # not numbers in the digits 0-9, each of which int() or float() reads as one
 NOT_ASCII = ["1_0", "٣", "١٠", "３", "1_000.5", "٠.٥"]
@@ -28,7 +28,7 @@ def _number_actions():
     for name in COMMANDS:
         parser = sub.choices[name]
         for action in parser._actions:
-            if action.option_strings and action.type in (whole_arg, decimal_arg, int, float):
+            if action.option_strings and action.type in (whole_arg, decimal_arg, as_typed_arg, int, float):
                 yield name, parser, action
 
 

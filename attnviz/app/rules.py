@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from attnviz import AttnvizError
 from attnviz.core import view as view_defaults
 from attnviz.core.view import Selection, clamp, layer_range
+from attnviz.runtime.audio import AUDIO_SUFFIXES
 from attnviz.runtime.folder import CORPUS_FILES, is_corpus_results
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from attnviz.core.setting_words import Wording
     from attnviz.runtime.protocol import AttnModel
 
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")  # what soundfile reads (runtime/audio.load_audio)
 # what a path opens as, by extension (a folder is an export folder: a model)
 OPENERS = {
     ".onnx": "model",

@@ -66,6 +66,28 @@ def decimal_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+class AsTyped(float):
+    """A number that keeps the text it was read from, so a refusal shows it as the user wrote it: argparse's float
+    of ``--vmax 0.0000001`` is ``1e-07`` in Python's spelling, a number the user never typed."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> AsTyped:
+        self = super().__new__(cls, value)
+        self.text = text
+        return self
+
+
+def as_typed_arg(text: str) -> AsTyped:
+    """:func:`decimal_arg` keeping the text typed (:class:`AsTyped`), for a flag whose refusal shows its value."""
+    return AsTyped(decimal_arg(text), str(text).strip(_SPACE))
+
+
+def as_typed_json(text: str) -> AsTyped:
+    """``json.loads``'s ``parse_float``: a JSON number with the text it is written in (``0.0000001``, ``1E-7``)."""
+    return AsTyped(float(text), text)
+
+
 # argparse's own number types -> the readers that take ASCII digits only
 STRICT = {int: whole_arg, float: decimal_arg}
 

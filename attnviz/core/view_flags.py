@@ -10,14 +10,23 @@ Every flag of ``figure`` and ``open`` is either in :data:`VIEW_FLAGS` or in :dat
 test_view_flags.py walks both parsers), so a new view flag cannot be left out of the note.  What each view reads
 was measured, not guessed: drawing a view with a flag it is listed here as not reading gives the same bytes as
 drawing it without (the same test, on the bundled models).
+
+Some flags mean nothing for the model itself, whatever the view: ``--picture`` of a text classifier, which has no
+picture at all.  A note there ("the heatmap view does not read --picture") says the wrong thing (no view would),
+so such a flag is refused (:func:`check_model_reads`, one line, exit 2); the note stays for a model that has the
+thing the flag chooses but a view that does not show it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from attnviz.core.view_names import BY_KEY, FIGURE_VIEWS
+
+if TYPE_CHECKING:
+    from attnviz.core.attention import AttentionResult
 
 
 @dataclass(frozen=True)
@@ -107,3 +116,60 @@ def unread_note(view: str, given: Iterable[str], *, window: bool = False) -> str
         tab = BY_KEY[view].tab or view
         return f"the {tab} tab does not show {names}; set for the tabs that read {them} ({_readers(flags, True)})"
     return f"the {view} view does not read {names}; drawn without {them} (read by {_readers(flags, False)})"
+
+
+@dataclass(frozen=True)
+class ModelNeed:
+    """What a model's result must hold for a flag to mean anything in any view."""
+
+    has: Callable[[AttentionResult], bool]
+    lacks: str  # what the model lacks, after its name ("takes no image")
+
+
+def _has_image(result: AttentionResult) -> bool:
+    from attnviz.core.view.patches import is_vision
+
+    return is_vision(result)
+
+
+def _has_cross(result: AttentionResult) -> bool:
+    # --rows picks which decoder row reads a word of an alignment: the alignment view and the strip over text
+    # read it of a cross-attention block only
+    return any(b.kind == "cross" for b in result.blocks())
+
+
+_IMAGE = ModelNeed(_has_image, "takes no image")
+# dest -> what the model must hold; a flag not here means something for every model (a query, a colour scale)
+MODEL_NEEDS = {
+    "picture": _IMAGE,
+    "image_base": _IMAGE,
+    "image_from": _IMAGE,
+    "frame": _IMAGE,  # a vision tower's frames (tiles, images)
+    "rows": ModelNeed(_has_cross, "has no cross-attention (an encoder-decoder's)"),
+}
+
+
+def meaningless(result: AttentionResult, given: Iterable[str]) -> list[ViewFlag]:
+    """The view flags among ``given`` (dests) that mean nothing for ``result``'s model, in the table's order."""
+    asked = set(given)
+    return [f for f in VIEW_FLAGS if f.dest in asked and f.dest in MODEL_NEEDS and not MODEL_NEEDS[f.dest].has(result)]
+
+
+def check_model_reads(result: AttentionResult, given: Iterable[str]) -> None:
+    """ViewError naming the view flags among ``given`` (dests) that mean nothing for ``result``'s model (no view
+    of it would read them), grouped by what it lacks, and the fix: drop them."""
+    from pathlib import Path
+
+    from attnviz.core.view.selection import ViewError
+
+    flags = meaningless(result, given)
+    if not flags:
+        return
+    path = (result.info or {}).get("model_path")
+    model = Path(str(path)).name if path else "this model"
+    groups: dict[str, list[str]] = {}
+    for f in flags:
+        groups.setdefault(MODEL_NEEDS[f.dest].lacks, []).append(f.flag)
+    why = "; ".join(f"{', '.join(names)}: {model} {lacks}" for lacks, names in groups.items())
+    names = ", ".join(f.flag for f in flags)
+    raise ViewError(f"{why}, so no view reads {'them' if len(flags) > 1 else 'it'}; drop {names}", param=flags[0].dest)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.notice import say
-from attnviz.core.numbers import whole
+from attnviz.core.numbers import as_typed_arg, whole
 from attnviz.core.quoted import quoted
 from attnviz.figures.spec import (
     AGGREGATES,
@@ -74,15 +74,18 @@ _SPEC_ARGS = (
 
 
 def _heads(text: str) -> list[int]:
+    from attnviz.core.comma_list import EmptyItem, comma_items
+
     try:
-        out = [whole(t) for t in text.split(",") if t.strip() != ""]
+        items = comma_items(text)
+    except EmptyItem as e:  # '0,,1' drew heads 0 and 1, '1,' head 1: a head left out is named, not skipped
+        raise argparse.ArgumentTypeError(f"{e}; give a head or a comma list like 0,3,5") from None
+    try:
+        return [whole(t) for t in items]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"head must be a number or a comma list like 0,3,5, not {quoted(text)}"
         ) from None
-    if not out:
-        raise argparse.ArgumentTypeError("empty head list")
-    return out
 
 
 def _layer_range(text: str) -> tuple[int, int]:
@@ -237,7 +240,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "map (map: links compare across tokens; a long causal input's later tokens then show none)",
     )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
-    view.add_argument("--vmax", type=float, help="top of the colour scale by hand (default: the one --scale gives)")
+    view.add_argument(  # (the number kept as typed: its refusal shows 0.0000001, not Python's 1e-07)
+        "--vmax", type=as_typed_arg, help="top of the colour scale by hand (default: the one --scale gives)"
+    )
     view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
     size = p.add_argument_group("size and output")
     size.add_argument(
@@ -341,7 +346,7 @@ def _spec_overrides(args) -> dict:
                 d["head"], d["heads"] = None, v
             continue
         if k == "vmax":  # its refusal names the flag as typed (FigureSpec's own check says 'vmax')
-            check_vmax(v, "--vmax")
+            v = check_vmax(v, "--vmax")  # (a plain float: the spec and its recipe hold the number)
         if k == "block" and isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
             v = int(v)  # (ASCII digits only: '٣'.isdigit() is true, and int() reads it as 3)
         d[k] = v
@@ -459,6 +464,17 @@ def _unread_flags(args, view: str) -> str | None:
     from attnviz.core.view_flags import VIEW_FLAGS, unread_note
 
     return unread_note(view, [f.dest for f in VIEW_FLAGS if getattr(args, f.dest, None) is not None])
+
+
+def _model_reads(args, result, view: str) -> None:
+    """The view flags typed that mean nothing for the model (``--picture`` of a text model: no view would read it)
+    refused in one line (core.view_flags); after the view's own refusal (``--view image`` of a text model), which
+    names the fix that matters first."""
+    from attnviz.core.view_flags import VIEW_FLAGS, check_model_reads
+    from attnviz.figures.render import why_not
+
+    if why_not(result, view) is None:
+        check_model_reads(result, [f.dest for f in VIEW_FLAGS if getattr(args, f.dest, None) is not None])
 
 
 def _positional_file(args) -> None:
@@ -584,6 +600,7 @@ def run(args) -> int:
     for warning in fidelity:  # as extract says it (the export lacks part of the model's eager attention)
         say(warning, "warning")
 
+    _model_reads(args, result, spec.view)
     said_later.append(_unread_flags(args, spec.view))
     if not args.all_heads:
         fig = render_spec(result, spec)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.json_types import check_types, hints_of, shown
-from attnviz.core.untrusted import open_regular, read_json
+from attnviz.core.untrusted import open_regular, parse_json, read_bytes
 from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FigureSpec, check_vmax
 
@@ -190,6 +190,39 @@ def recipe_bytes(recipe: dict, path: str | os.PathLike) -> bytes:
     return (json.dumps(r, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+def _kinds() -> dict[str, tuple[str, ...]]:
+    """What each file entry names, by its name's suffix (what the command line opens for that flag)."""
+    from attnviz.runtime.audio import AUDIO_SUFFIXES
+    from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    return {"model file": (".onnx",), "maps file": (".npz",), "image": IMAGE_SUFFIXES, "audio file": AUDIO_SUFFIXES,
+            "feeds file": (".npz",), "tokenizer": (".json",)}  # fmt: skip
+
+
+def _model_folder(p: Path) -> bool:
+    """An export folder's model files are there (optimum's, a Hub repository's onnx/): listed, none read."""
+    return p.is_dir() and (any(p.glob("*.onnx")) or any(p.glob("onnx/*.onnx")))
+
+
+def _may_look(c: Path, base: Path, what: str, where: str) -> None:
+    """Refuse, before it is opened (or its existence told), a file a recipe names outside its own folder that is
+    not of its entry's kind: a recipe from elsewhere naming /etc/passwd or /proc/self/environ as its model had it
+    hashed, then refused as "changed".  A recipe's inputs may lie elsewhere (its model in models/, the figure in
+    figs/: attnviz writes such recipes), so outside the folder a name of the entry's kind is looked at; inside,
+    any name (the folder is what the user handed over).  Where a name's links lead counts, not the name."""
+    real = Path(os.path.realpath(c))  # (links followed: names read, no file opened)
+    if real == base or base in real.parents:
+        return
+    kinds = _kinds()[what]
+    if real.suffix.lower() in kinds or (what == "model file" and _model_folder(real)):
+        return
+    them = "an export folder or a" if what == "model file" else "an" if what[0] in "aeiou" else "a"
+    raise AttnvizError(
+        f"{where} names {c}, outside the recipe's folder and not {them} {what} ({', '.join(kinds)}): a recipe "
+        f"reads no other file; point it at the {what} or edit the recipe"
+    )
+
+
 def _resolve(entry: dict | None, base: Path, what: str, check: bool, where: str = "the recipe's entry") -> dict | None:
     if not entry:
         return None
@@ -204,8 +237,14 @@ def _resolve(entry: dict | None, base: Path, what: str, check: bool, where: str 
     cands = [base / entry["path"]]
     if entry.get("abs_path"):
         cands.append(Path(entry["abs_path"]))
-    # a model may be an export folder (optimum's encoder + decoder files, a Hub repository): file_sha256 hashes those
-    found = next((c for c in cands if c.is_file() or (what == "model file" and c.is_dir())), None)
+    found = None
+    for c in cands:  # in turn: abs_path is looked at only where path names nothing
+        _may_look(c, base, what, where)
+        # a model may be an export folder (optimum's encoder + decoder files, a Hub repository): file_sha256 hashes
+        # those
+        if c.is_file() or (what == "model file" and c.is_dir()):
+            found = c
+            break
     odd = next((c for c in cands if c.exists()), None) if found is None else None
     if odd is not None:
         # a folder, a device or a pipe (/dev/zero, a FIFO) is there: "missing" was the wrong reason (none is read)
@@ -230,16 +269,27 @@ def load_recipe(path: str | os.PathLike, check_hashes: bool = True) -> dict:
     path = Path(path)
     if not path.exists():
         raise AttnvizError(f"{path}: no such recipe file")
-    r = read_json(path, "recipe", limit=16 * 2**20, fix="write one with 'attnviz figure ... --out F'")
+    data = read_bytes(path, "recipe", 16 * 2**20)  # (kept: a refused number is shown as the file writes it)
+    r = parse_json(data, f"recipe {path}", None, "write one with 'attnviz figure ... --out F'")
     try:
-        return _checked_recipe(r, path, check_hashes)
+        return _checked_recipe(r, path, check_hashes, data)
+    except AttnvizError:  # its own line (a ViewError is a ValueError too: it came out "malformed recipe (ViewE…")
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # a hand-edited or hostile recipe
         raise AttnvizError(
             f"{path}: malformed recipe ({type(e).__name__}: {str(e)[:100]}); regenerate it with 'attnviz figure'"
         ) from None
 
 
-def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
+def _vmax_as_written(data: bytes):
+    """The recipe's ``view.vmax`` as its file writes it (``0.0000001``, which json reads as 1e-07): its text parsed
+    again (it parsed once, so it is well-formed JSON), numbers kept as written."""
+    from attnviz.core.numbers import as_typed_json
+
+    return (json.loads(data.decode("utf-8-sig"), parse_float=as_typed_json).get("view") or {}).get("vmax")
+
+
+def _checked_recipe(r, path: Path, check_hashes: bool, data: bytes | None = None) -> dict:
     if not isinstance(r, dict) or r.get("attnviz_recipe") is None:
         raise AttnvizError(f"{path}: not an attnviz figure recipe (no 'attnviz_recipe' key)")
     if int(r["attnviz_recipe"]) > RECIPE_FORMAT:
@@ -262,7 +312,14 @@ def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
         if sec in _SECTION_TYPES and r.get(sec):
             check_types(r[sec], _SECTION_TYPES[sec], f"{path.name}: {sec}", _FIX)
     check_types(r.get("view") or {}, hints_of(FigureSpec), f"{path.name}: view", _FIX)
-    check_vmax((r.get("view") or {}).get("vmax"), f"{path.name}: view.vmax")  # named as the recipe holds it
+    vmax = (r.get("view") or {}).get("vmax")
+    try:
+        check_vmax(vmax, f"{path.name}: view.vmax")  # named as the recipe holds it
+    except AttnvizError:
+        if data is None or not isinstance(vmax, float):
+            raise
+        check_vmax(_vmax_as_written(data), f"{path.name}: view.vmax")  # the same refusal, the number as written
+        raise
     for sec, key in _FILE_KEYS:
         if r.get(sec) and r[sec].get(key):
             r[sec][key] = _resolve(r[sec][key], base, names[key], check_hashes, f"{path.name}: {sec}.{key}")

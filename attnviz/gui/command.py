@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from attnviz.core.notice import say
+from attnviz.core.numbers import as_typed_arg
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, SCALES
 from attnviz.runtime.commands.common import (
     MAX_TOKENS_HELP,
@@ -141,7 +142,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--vmax",
-        type=float,
+        type=as_typed_arg,  # (kept as typed: its refusal shows 0.0000001, not Python's 1e-07)
         default=None,
         help="top of the colour scale by hand (the colour-top box), as `figure --vmax`: every view that draws a "
         "colour scale reads it (default: the one --scale gives)",
@@ -449,6 +450,12 @@ def run(args) -> int:
             if "image_from" in focus:  # first: its block is then selected, and --layer/--head are that block's
                 win.image_regions.choose_from(focus["image_from"])
             try:
+                from attnviz.core.view_flags import VIEW_FLAGS, check_model_reads
+
+                # a flag no view of this model reads (--picture of a text model) is refused, as figure does
+                check_model_reads(
+                    win.session.result, [f.dest for f in VIEW_FLAGS if getattr(args, f.dest, None) is not None]
+                )
                 asked = figure_focus(win.session.result, focus, args.view, win.session.sel)  # figure's, same flags
                 block = check_focus(win.session.result, asked, win.session.sel)
             except AttnvizError as e:  # as `figure` does: a layer that is not there is named, not clamped

@@ -19,6 +19,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import SiteInfo, shown_label, site_stack
+from attnviz.core.comma_list import EmptyItem, comma_items
 from attnviz.core.compare import is_logits, log_softmax, output_difference
 from attnviz.core.quoted import quoted
 from attnviz.core.setting_words import fix
@@ -42,9 +43,11 @@ def parse_heads(spec: str, sites: list[SiteInfo], vision_tower: bool = False) ->
     out: dict[int, list[int]] = {}
     index = {(s.stack, s.kind, s.layer): i for i, s in enumerate(sites)}
     names = ", ".join(f"{shown_label(s, vision_tower)} ({s.heads} heads)" for s in sites)
-    for part in spec.split(","):
-        if not part.strip():
-            continue
+    try:
+        parts = comma_items(spec)
+    except EmptyItem as e:  # 'encoder self 0:1,' or ',,': a head left out is named, not skipped
+        raise AttnvizError(f"--heads {e}; give e.g. 'encoder self 2:5,decoder cross 0:1', or use --all-heads") from None
+    for part in parts:
         m = HEAD_RE.match(part) or LAYER_RE.match(part)
         if m is None:
             raise AttnvizError(

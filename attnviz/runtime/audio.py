@@ -34,6 +34,7 @@ SILENT = 1e-6  # peak amplitude (full scale 1.0) below which a clip holds nothin
 MEL_FLOOR = 1e-10
 MEL_MAX_HZ = 8000.0  # WhisperFeatureExtractor's filter bank stops at 8 kHz whatever the rate
 EXTRACTOR = "WhisperFeatureExtractor"  # the one feature extractor computed here
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")  # what soundfile reads (load_audio)
 
 
 class ClipRules(Protocol):

@@ -163,7 +163,7 @@ def test_figure_and_open_say_the_note(tmp_path):
     given is read; open --view's note with the screenshot's result."""
     base = ["figure", MT, "--text", "hello world", "--dpi", "40"]
     cases = [
-        [*base, "--view", "heatmap", "--image-base", "grey", "--link-cut", "map", "--out", tmp_path / "a.png"],
+        [*base, "--view", "heatmap", "--rows", "input", "--link-cut", "map", "--out", tmp_path / "a.png"],
         [*base, "--view", "heatmap", "--out", tmp_path / "b.png"],
         [*base, "--view", "links", "--scale", "shared", "--vmax", "0.5", "--log", "--out", tmp_path / "c.png"],
         [*base, "--view", "links", "--link-cut", "map", "--query", "1", "--out", tmp_path / "d.png"],
@@ -176,8 +176,8 @@ def test_figure_and_open_say_the_note(tmp_path):
     ]
     assert [rc for rc, _ in got] == [0] * 5, got
     assert notes[0] == [
-        "attnviz: note: the heatmap view does not read --image-base, --link-cut; drawn without them (read by "
-        "--image-base: image, strip; --link-cut: links)"
+        "attnviz: note: the heatmap view does not read --rows, --link-cut; drawn without them (read by "
+        "--rows: alignment, strip; --link-cut: links)"
     ]
     assert notes[1] == [] and notes[3] == []
     assert len(notes[2]) == 1 and "the links view does not read --log, --scale, --vmax;" in notes[2][0]
@@ -187,3 +187,64 @@ def test_figure_and_open_say_the_note(tmp_path):
     ]
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()  # drawn as without them
     assert (tmp_path / "e.png").is_file()
+
+
+SEQ = REPO / "models" / "sequence-classification.onnx"
+
+
+def test_model_needs_name_flags_of_the_table():
+    """Each flag a model may lack is a view flag (the refusal names it as typed)."""
+    from attnviz.core.view_flags import MODEL_NEEDS
+
+    assert set(MODEL_NEEDS) <= set(BY_DEST)
+
+
+def test_meaningless_against_the_models(results):
+    """--picture / --image-base / --image-from / --frame mean nothing for a model without an image, --rows for one
+    without cross-attention; the same flags are the model's own where it has them (the note's case)."""
+    from attnviz.core.view.selection import ViewError
+    from attnviz.core.view_flags import check_model_reads, meaningless
+
+    image_flags = ["picture", "image_base", "image_from", "frame"]
+    assert [f.dest for f in meaningless(results["mt"], [*image_flags, "rows", "query", "scale"])] == [
+        "image_base",
+        "image_from",
+        "picture",
+        "frame",
+    ]  # the table's order
+    assert [f.dest for f in meaningless(results["vit"], [*image_flags, "rows", "link_cut"])] == ["rows"]
+    check_model_reads(results["vit"], [*image_flags, "query", "vmax"])  # an image model: no refusal
+    with pytest.raises(ViewError) as e:
+        check_model_reads(results["vit"], ["rows", "scale"])
+    assert str(e.value) == (
+        "--rows: vit-classification.onnx has no cross-attention (an encoder-decoder's), so no view reads it; drop --rows"
+    )
+
+
+def test_figure_and_open_refuse_a_flag_the_model_cannot_read(tmp_path):
+    """As a user runs them: --picture on a text-only model is one error line naming the flag and the fix, exit 2,
+    no figure and no note; on an image model whose view does not read it, still the note (exit 0)."""
+    cases = [
+        ["figure", SEQ, "--picture", "1", "--out", tmp_path / "a.png"],
+        ["figure", SEQ, "--view", "overview", "--image-base", "grey", "--frame", "2", "--out", tmp_path / "b.png"],
+        ["figure", VIT, "--picture", "1", "--dpi", "40", "--out", tmp_path / "c.png"],
+        ["open", SEQ, "--picture", "1", "--size", "600x400", "--screenshot", tmp_path / "d.png"],
+        ["figure", SEQ, "--view", "image", "--picture", "1", "--out", tmp_path / "e.png"],  # the view's refusal first
+    ]
+    got = run_cli_each(*cases, env={"QT_QPA_PLATFORM": "offscreen"})
+    assert [rc for rc, _ in got] == [2, 2, 0, 2, 2], got
+    lines = [[ln for ln in err.splitlines() if "sample input" not in ln] for _, err in got]
+    assert lines[0] == [
+        "attnviz: error: --picture: sequence-classification.onnx takes no image, so no view reads it; drop --picture"
+    ]
+    assert lines[1] == [
+        "attnviz: error: --image-base, --frame: sequence-classification.onnx takes no image, so no view reads them; "
+        "drop --image-base, --frame"
+    ]
+    assert lines[2] == [
+        "attnviz: note: the heatmap view does not read --picture; drawn without it (read by --picture: image)"
+    ]
+    assert lines[3] == lines[0]
+    assert len(lines[4]) == 1 and lines[4][0].startswith("attnviz: error: the image view needs the input image")
+    assert not any((tmp_path / n).exists() for n in ("a.png", "b.png", "d.png", "e.png"))
+    assert (tmp_path / "c.png").is_file()

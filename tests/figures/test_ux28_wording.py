@@ -31,14 +31,23 @@ def _one_line(capsys) -> str:
     return err
 
 
-@pytest.mark.parametrize("typed", ["0", "-0.5", "-3", "nan", "0.0000001"])
+@pytest.mark.parametrize("typed", ["0", "-0.5", "-3", "nan", "0.0000001", "1E-9", "00.000", "-0"])
 def test_figure_vmax_names_the_flag_and_the_number_as_typed(maps, tmp_path, capsys, typed):
     assert main(["figure", "--maps", str(maps), "--vmax", typed, "--out", str(tmp_path / "x.png")]) == 2
     err = _one_line(capsys)
-    # (a number argparse read is shown as Python writes it: '0.0000001' reads back 1e-07, still the one typed)
-    shown = {"0.0000001": "1e-07"}.get(typed, typed)
-    assert f"--vmax {shown}:" in err and "vmax 0.0" not in err and "at least 1e-06" in err
+    # the number as typed, not as Python writes the float argparse read ('0.0000001' is 1e-07 there, '00.000' 0.0);
+    # the floor too in the digits a user types
+    assert err.startswith(f"attnviz: error: --vmax {typed}: the colour scale's top must be a number > 0 "), err
+    assert "at least 0.000001;" in err and "e-0" not in err.replace(typed, "")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_open_and_the_box_show_the_top_as_typed(maps, tmp_path, capsys):
+    """open's --vmax (its refusal, before any window) and the window's colour-top box (its text) alike."""
+    assert main(["open", str(maps), "--vmax", "0.0000001", "--screenshot", str(tmp_path / "s.png")]) == 2
+    assert _one_line(capsys).startswith("attnviz: error: --vmax 0.0000001: ")
+    with pytest.raises(vm.ViewError, match=r"^colour top '0\.0000001': .*at least 0\.000001;"):
+        vm.check_vmax("0.0000001", "colour top")
 
 
 def test_open_vmax_names_the_flag_as_typed(maps, capsys):
@@ -52,8 +61,9 @@ def test_open_vmax_names_the_flag_as_typed(maps, capsys):
 
 
 def test_a_top_below_the_floor_is_refused_and_the_floor_itself_is_drawn_exactly():
-    with pytest.raises(vm.ViewError, match="1e-06"):
+    with pytest.raises(vm.ViewError, match="at least 0.000001;"):
         vm.check_vmax(vm.VMAX_MIN / 2)
+    assert float(vm.VMAX_MIN_TEXT) == vm.VMAX_MIN  # the floor's words are its number
     assert vm.check_vmax(vm.VMAX_MIN) == vm.VMAX_MIN
     # the window's levels (gui.style.display_levels: colour_range of the top as its largest value) and a figure's
     # (colour_range with the top given) agree at the smallest top a user can set: nothing is clamped differently
@@ -71,7 +81,25 @@ def test_a_recipes_vmax_is_named_by_its_key(maps, tmp_path, capsys):
     capsys.readouterr()
     assert main(["figure", "--recipe", str(recipe), "--out", str(tmp_path / "b.png")]) == 2
     err = _one_line(capsys)
-    assert "a.png.recipe.json: view.vmax 0:" in err
+    assert err.startswith("attnviz: error: a.png.recipe.json: view.vmax 0: the colour scale's top"), err
+
+
+@pytest.mark.parametrize("written", ["0.0000001", "1E-9", "-0.50"])
+def test_a_recipes_vmax_is_shown_as_the_file_writes_it(maps, tmp_path, capsys, written):
+    """The number as the file holds it (json reads 0.0000001 as 1e-07), in the refusal's own line (it came out as
+    "malformed recipe (ViewError: …", cut at 100 characters)."""
+    out = tmp_path / "a.png"
+    assert main(["figure", "--maps", str(maps), "--out", str(out)]) == 0
+    recipe = tmp_path / "a.png.recipe.json"
+    r = json.loads(recipe.read_text())
+    r["view"]["vmax"] = "TOP"
+    recipe.write_text(json.dumps(r, indent=1).replace('"TOP"', written))
+    capsys.readouterr()
+    assert main(["figure", "--recipe", str(recipe), "--out", str(tmp_path / "b.png")]) == 2
+    assert _one_line(capsys) == (
+        f"attnviz: error: a.png.recipe.json: view.vmax {written}: the colour scale's top must be a number > 0 (at "
+        "least 0.000001; e.g. 0.5), or none for the scale's own top"
+    )
 
 
 @pytest.mark.parametrize("section", ["options", "inputs", "view", "source"])

@@ -19,7 +19,7 @@ from attnviz import AttnvizError
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
 from attnviz.core.frames import FramesMap, frames_of
-from attnviz.core.numbers import decimal
+from attnviz.core.numbers import AsTyped, decimal
 from attnviz.core.quoted import quoted
 from attnviz.core.view.link_cut import DEFAULT_LINK_CUT
 from attnviz.core.view.palette import DEFAULT_SCALE, IMAGE_DEFAULT_SCALE
@@ -81,6 +81,7 @@ class Selection:
 # colour bar did the same to a top set by hand where a figure drew the exact number; refused instead, so a figure and
 # the screen never disagree (a weight below a millionth is the log scale's business, not a linear top's)
 VMAX_MIN = 1e-6
+VMAX_MIN_TEXT = "0.000001"  # as a user types it (Python writes 1e-06)
 
 
 def check_vmax(value: Any, name: str = "vmax") -> float | None:
@@ -95,7 +96,7 @@ def check_vmax(value: Any, name: str = "vmax") -> float | None:
         top = float("nan")
     if isinstance(value, bool) or not (np.isfinite(top) and top >= VMAX_MIN):
         raise ViewError(
-            f"{name} {_as_given(value)}: the colour scale's top must be a number > 0 (at least {VMAX_MIN:g}; e.g. 0.5), "
+            f"{name} {_as_given(value)}: the colour scale's top must be a number > 0 (at least {VMAX_MIN_TEXT}; e.g. 0.5), "
             f"or none for the scale's own top",
             param="vmax",
         )
@@ -105,6 +106,8 @@ def check_vmax(value: Any, name: str = "vmax") -> float | None:
 def _as_given(value: Any) -> str:
     """A top as the user wrote it: a flag's number as typed (argparse made ``--vmax 0`` the float 0.0), text
     quoted (the box's ``abc``), anything else as JSON shows it."""
+    if isinstance(value, AsTyped):  # a flag's or a recipe's number as written (0.0000001, not 1e-07)
+        return value.text
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, str):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPoint, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPen
+from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QFontMetricsF, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsLineItem, QGraphicsRectItem, QVBoxLayout
 
 from attnviz.core import view as vm
@@ -48,7 +48,7 @@ class OverviewView(View):
         self.thumbs: dict[tuple[int, int, int], pg.ImageItem] = {}
         self.cells: dict[tuple[int, int, int], QRectF] = {}
         self._labels: list = []
-        self._titles: list = []  # (block title, its top row)
+        self._titles: list = []  # (block title, its top row, its text whole)
         self.levels = (0.0, 1.0)
         self.vmax = 1.0
         self._drawn_key = None
@@ -97,16 +97,14 @@ class OverviewView(View):
         y = 0.0
         for bi, blk in enumerate(blocks):
             note = vm.windows_note(blk)  # layers within windows and layers over the whole image (Qwen2.5-VL)
-            title = pg.TextItem(
-                f"{blk.name}  ({count(blk.n_layers, 'layer')} × {count(blk.n_heads, 'head')})"
-                + (f"  ·  {note}" if note else ""),
-                color="k",
-                anchor=(0, 1),
+            full = f"{blk.name}  ({count(blk.n_layers, 'layer')} × {count(blk.n_heads, 'head')})" + (
+                f"  ·  {note}" if note else ""
             )
+            title = pg.TextItem(full, color="k", anchor=(0, 1))
             self.vb.addItem(title)
             self._labels.append(title)
             y += gap
-            self._titles.append((title, y))
+            self._titles.append((title, y, full))
             for layer, text in enumerate(vm.layer_labels(blk)):
                 lab = pg.TextItem(text, color="#444", anchor=(1, 0.5))
                 lab.setPos(-0.05, y + layer + 0.5)
@@ -152,12 +150,28 @@ class OverviewView(View):
         return gap, cell_px
 
     def _place_titles(self, *_) -> None:
-        """Keep each block title just above its head labels, whatever the zoom."""
+        """Keep each block title just above its head labels, whatever the zoom, and within the view: a title
+        starts over the grid's left edge, further left (over the layer labels, to the view's edge) where it needs
+        the room, and one wider than the whole view is cut with "…" and says itself whole in its tooltip (at
+        1000 px "encoder self-attention  (3 layers × 4 heads)" ran under the colour bar, cut mid-word)."""
         if not self._titles:
             return
         ph = abs(self.vb.viewPixelSize()[1]) or 0.02
-        for title, y_top in self._titles:
-            title.setPos(0, y_top - HEAD_LABEL_PX * ph)
+        box = self.vb.sceneBoundingRect()
+        grid_left = self.vb.mapViewToScene(pg.Point(0, 0)).x()
+        for title, y_top, full in self._titles:
+            margin = 2 * title.textItem.document().documentMargin()
+            metrics = QFontMetricsF(title.textItem.font())  # (fractional: an int advance cut a title that fit)
+            need = metrics.horizontalAdvance(full) + margin
+            left = max(box.left(), min(grid_left, box.right() - need))
+            title.setPos(self.vb.mapSceneToView(QPointF(left, 0)).x(), y_top - HEAD_LABEL_PX * ph)
+            room = max(0.0, box.right() - left - margin)
+            shown = metrics.elidedText(full, Qt.TextElideMode.ElideRight, room + 0.01)
+            if title.textItem.toPlainText() != shown:
+                title.setText(shown)
+            tip = full if shown != full else ""
+            title.setToolTip(tip)
+            title.textItem.setToolTip(tip)  # (the text is the item under the pointer)
 
     # -- drawing -------------------------------------------------------------------
     def thumbnail_maps(self, use_cache: bool = True) -> dict[tuple[int, int, int], np.ndarray]:
