@@ -439,7 +439,7 @@ def run(args) -> int:
     if args.view:
         if args.view.lower() == "head":  # the Head map tab is "heatmap", as in `attnviz figure --view`
             say("--view head is deprecated; use --view heatmap")
-        win.select_view(args.view)
+        win.pin_view(args.view)
     win.show()
     focus = focus_from_args(args)
     if focus:

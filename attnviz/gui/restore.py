@@ -112,7 +112,7 @@ def restore(win, state: dict) -> None:
     win.settings.sync()
     view = state.get("view")
     if isinstance(view, str) and view in win.views:
-        win.tabs.setCurrentWidget(win.views[view])
+        win.pin_view(view)  # (a title): the tab left, not the one the model's kind opens on
     sel = valid(state.get("selection"), SELECTION_KINDS, SELECTION_VALUES)
     if "heads" in sel:
         sel["heads"] = tuple(sel["heads"])  # the selection is hashable (it keys caches)
