@@ -45,7 +45,7 @@ OPENING_VIEWS: dict[str, OpeningView] = {
 KIND_TESTS: tuple[tuple[str, Callable[[AttentionResult, list[Block]], bool]], ...] = (
     ("speech", lambda r, _b: r.audio is not None),
     ("dual encoder", lambda _r, blocks: any(b.tower is not None for b in blocks)),
-    ("vision-language", lambda r, _b: r.token_grid is not None),
+    ("vision-language", lambda r, _b: r.vision_tower),  # the whole model, or its vision tower run alone
     ("captioning", lambda r, blocks: r.patch_grid is not None and any(b.kind == "cross" for b in blocks)),
     ("image", lambda r, _b: r.patch_grid is not None),
     ("text", lambda _r, _b: True),
