@@ -63,7 +63,9 @@ def speech_result(seconds: float = 4.0, words=WORDS) -> AttentionResult:
 
 def media_box(pdf: bytes) -> tuple[float, float]:
     """The page's width and height in points, read from the PDF's own bytes."""
-    x0, y0, x1, y1 = (float(v) for v in re.search(rb"/MediaBox \[ *([\d.]+) ([\d.]+) ([\d.]+) ([\d.]+) *\]", pdf).groups())
+    x0, y0, x1, y1 = (
+        float(v) for v in re.search(rb"/MediaBox \[ *([\d.]+) ([\d.]+) ([\d.]+) ([\d.]+) *\]", pdf).groups()
+    )
     return x1 - x0, y1 - y0
 
 
