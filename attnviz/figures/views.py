@@ -98,12 +98,13 @@ def _heatmap_figure(
     fs = float(spec.font_size)
     nq, nk = m.shape
     pitch = fs * LINE * PT  # inches per legible label
-    times = vm.frame_step(k_labels) is not None  # the keys are a sound's frames: labelled level at round times
+    times = vm.frame_step(k_labels) is not None  # the keys are a sound's frames, labelled at round times
+    long_keys = _long_keys(nq, nk, times, pitch) and q_labels != k_labels
+    level = long_keys and times  # a long time axis under few rows: its times read level, as a time axis's do
     ylab_in = text_width_in(q_labels, fs) + 0.3  # y tick labels + axis label
-    xlab_in = (pitch if times else text_width_in(k_labels, fs)) + 0.3
+    xlab_in = (pitch if level else text_width_in(k_labels, fs)) + 0.3
     frame_w = ylab_in + CBAR_IN + 0.1
     fixed = spec.fixed_width
-    long_keys = _long_keys(nq, nk, times, pitch) and q_labels != k_labels
     if fixed is not None:
         width = fixed
     else:  # sized so every key label fits; a long source axis for few rows: a page's width (its labels thinned)
@@ -159,7 +160,7 @@ def _heatmap_figure(
         cbar_label += vm.pool_note(fq, fk)
     if q_labels == k_labels and sax is None:  # square cells exactly (the sizes above are estimates of the frame)
         ax.set_aspect("equal", adjustable="box")
-    token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
+    token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, rotation=0 if level else 90, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
     ax.set_xlabel(xlabel, fontsize=fs, labelpad=2)

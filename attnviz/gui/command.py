@@ -86,7 +86,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit"
     )
     p.add_argument(
-        "--view", default=None, help="tab to show first (overview, heatmap, links, alignment, image, audio, stats)"
+        "--view",
+        default=None,
+        help="tab to show first (overview, heatmap, links, alignment, image, audio, stats; default: audio for a speech "
+        "model, else overview)",
     )
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
     p.add_argument(
