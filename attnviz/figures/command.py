@@ -133,7 +133,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # not given: as many steps as the window takes for this kind of model (core.view.default_generate)
     p.set_defaults(generate=None, beams=None)  # --beams: recorded in a recipe only when given
     view = p.add_argument_group("view")
-    view.add_argument("--view", choices=VIEWS, help="what to draw (default heatmap; see the list below)")
+    view.add_argument(
+        "--view",
+        choices=VIEWS,
+        help="what to draw (default: the view the window opens the model on: audio for a speech model, else "
+        "heatmap; see the list below)",
+    )
     view.add_argument("--block", help='attention block: index or name like "encoder self", "decoder cross"')
     view.add_argument("--layer", type=int, help="layer (default: the last)")
     view.add_argument(
@@ -362,6 +367,19 @@ def _spec_overrides(args) -> dict:
     return d
 
 
+def _view_defaults(spec_d: dict, args) -> None:
+    """The view's own defaults a new figure records: the window's colour scale and link cut, the image's scale."""
+    if not args.recipe:  # a new figure is on the window's default scale; a recipe keeps the one it was drawn on
+        from attnviz.core.view import DEFAULT_SCALE
+
+        spec_d.setdefault("scale", DEFAULT_SCALE)
+        if spec_d.get("view") == "links":  # the window's cut, recorded (a recipe without one: the map's top)
+            from attnviz.core.view import DEFAULT_LINK_CUT
+
+            spec_d.setdefault("link_cut", DEFAULT_LINK_CUT)
+    _image_scale(spec_d, args)
+
+
 def _image_scale(spec_d: dict, args) -> None:
     """The image view's colour scale (FigureSpec.image_scale): --scale, else (a new figure) the window's default; a
     recipe without one keeps the stretched scale it was drawn on, which --log then applies to."""
@@ -525,15 +543,8 @@ def run(args) -> int:
     elif args.maps and not args.model:
         _maps_take_no_inputs(args)
     spec_d.update(_spec_overrides(args))
-    if not args.recipe:  # a new figure is on the window's default scale; a recipe keeps the one it was drawn on
-        from attnviz.core.view import DEFAULT_SCALE
-
-        spec_d.setdefault("scale", DEFAULT_SCALE)
-        if spec_d.get("view") == "links":  # the window's cut, recorded (a recipe without one: the map's top)
-            from attnviz.core.view import DEFAULT_LINK_CUT
-
-            spec_d.setdefault("link_cut", DEFAULT_LINK_CUT)
-    _image_scale(spec_d, args)
+    view_given = "view" in spec_d  # else the view the window opens the result on, once it is there
+    _view_defaults(spec_d, args)
     spec = FigureSpec(**spec_d)
     if args.all_heads and spec.view == "overview":
         raise AttnvizError("--all-heads does not apply to the overview view (it already shows every head)")
@@ -571,6 +582,12 @@ def run(args) -> int:
     result = _pick_row(load_result(**{k: v for k, v in src.items() if k != "batch_index"}), row)
     if src["model"] and not src["maps"]:  # the recipe records the steps taken (the default, when none were asked)
         src["generate"] = int((result.info or {}).get("generate") or 0)
+    if not view_given:  # the view the window opens this kind of model on (core.view.opening): one table for both
+        from attnviz.core.view import opening_view
+
+        spec_d["view"] = opening_view(result).figure
+        _view_defaults(spec_d, args)
+        spec = FigureSpec(**spec_d)
     note = None  # said once the figure is drawn: a refusal (--view image of a text model) is its one line alone
     if not args.recipe and args.image_base is None:
         # the view model's base, as the window opens on (colour under a captioner's words): FigureSpec's "grey" is

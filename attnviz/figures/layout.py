@@ -65,6 +65,12 @@ def text_width_in(labels: list[str], fs: float) -> float:
     return max((text_width_pt(s, fs) for s in distinct), default=fs * CHAR_W) * PT
 
 
+def time_label_in(labels: list[str], fs: float) -> float:
+    """Inches a level time label takes along its axis, two glyphs' gap to the next included (the widest: a CTC
+    head's frame names its letter, "1.20 s </s>")."""
+    return text_width_in(labels, fs) + 2 * CHAR_W * fs * PT
+
+
 def token_ticks(
     ax,
     which: str,
@@ -81,6 +87,8 @@ def token_ticks(
     n = len(labels)
     fit = max(2, int(length_in / (fs * FIT * PT) + 1e-6))
     step = frame_step(labels)  # an audio encoder's frames: ticks at round times (0.5 s, 1 s, 5 s by the span)
+    if step is not None and which == "x" and rotation == 0:  # times read level: as many as fit side by side
+        fit = max(2, int(length_in / time_label_in(labels, fs) + 1e-6))
     pos = tick_indices(n, fit, focus) if step is None else time_tick_indices(0, n - 1, step, fit, focus)
     texts = [labels[i] for i in pos]
     axis = ax.xaxis if which == "x" else ax.yaxis

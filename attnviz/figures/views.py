@@ -58,6 +58,19 @@ _cmap = colormap_for  # (the audio view's module draws with the same lookup)
 
 
 SERIES_IN = 0.9  # inches: a time series plotted above its map
+# a map of few rows over a long source axis (a speech model's 200+ frames of 20 ms, a few words): sized to its
+# labels it drew 16 x 1.7 inches, its rows a line each.  It takes a page's width, its map no flatter than 4:1
+LONG_KEYS_IN = 7.0
+MAX_MAP_ASPECT = 4.0
+MAX_ROW_IN = 0.4  # (one or two rows do not stand half a page tall)
+LONG_KEYS_RATIO = 4  # "few rows": at most a quarter as many rows as columns
+WIDEST_IN = 16.0
+
+
+def _long_keys(nq: int, nk: int, times: bool, pitch: float) -> bool:
+    """A long source axis over few rows: a sound's frames (labelled at round times, so a narrower axis loses no
+    label's words), or more tokens than twice the labels the widest figure holds (thinned at any width)."""
+    return nk >= LONG_KEYS_RATIO * nq and (times or nk * pitch > 2 * WIDEST_IN)
 
 
 def _heatmap_figure(
@@ -85,14 +98,17 @@ def _heatmap_figure(
     fs = float(spec.font_size)
     nq, nk = m.shape
     pitch = fs * LINE * PT  # inches per legible label
+    times = vm.frame_step(k_labels) is not None  # the keys are a sound's frames, labelled at round times
+    long_keys = _long_keys(nq, nk, times, pitch) and q_labels != k_labels
+    level = long_keys and times  # a long time axis under few rows: its times read level, as a time axis's do
     ylab_in = text_width_in(q_labels, fs) + 0.3  # y tick labels + axis label
-    xlab_in = text_width_in(k_labels, fs) + 0.3
+    xlab_in = (pitch if level else text_width_in(k_labels, fs)) + 0.3
     frame_w = ylab_in + CBAR_IN + 0.1
     fixed = spec.fixed_width
     if fixed is not None:
         width = fixed
-    else:  # sized so every key label fits
-        width = clamp(frame_w + nk * pitch, 2.4, 16.0)
+    else:  # sized so every key label fits; a long source axis for few rows: a page's width (its labels thinned)
+        width = clamp(frame_w + nk * pitch, 2.4, LONG_KEYS_IN if long_keys else 16.0)
     map_w = max(width - frame_w, 0.1)
     cell = map_w / nk
     title = fit_title(title, width, fs + 1)
@@ -105,6 +121,8 @@ def _heatmap_figure(
     row = min(cell, max(pitch, 1.6 * map_w / nq))
     if nq * pitch <= max(1.6 * map_w, 6.0) and q_labels != k_labels:
         row = max(row, pitch)
+    if long_keys:  # a few rows under hundreds of columns: a band no flatter than MAX_MAP_ASPECT, not a line
+        row = max(row, min(map_w / MAX_MAP_ASPECT / nq, MAX_ROW_IN))
     height = clamp(frame_h + nq * row, 1.4, 16.0 if fixed is None else 10.0)
     map_h = max(height - frame_h, 0.1)
 
@@ -142,7 +160,7 @@ def _heatmap_figure(
         cbar_label += vm.pool_note(fq, fk)
     if q_labels == k_labels and sax is None:  # square cells exactly (the sizes above are estimates of the frame)
         ax.set_aspect("equal", adjustable="box")
-    token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
+    token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, rotation=0 if level else 90, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
     ax.set_xlabel(xlabel, fontsize=fs, labelpad=2)

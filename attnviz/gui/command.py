@@ -87,7 +87,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit"
     )
     p.add_argument(
-        "--view", default=None, help="tab to show first (overview, heatmap, links, alignment, image, audio, stats)"
+        "--view",
+        default=None,
+        help="tab to show first (overview, heatmap, links, alignment, image, audio, stats; default: audio for a speech "
+        "model, else overview)",
     )
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
     p.add_argument(
@@ -440,7 +443,7 @@ def run(args) -> int:
     if args.view:
         if args.view.lower() == "head":  # the Head map tab is "heatmap", as in `attnviz figure --view`
             say("--view head is deprecated; use --view heatmap")
-        win.select_view(args.view)
+        win.pin_view(args.view)
     win.show()
     focus = focus_from_args(args)
     if focus:

@@ -29,7 +29,7 @@ from attnviz.app.export_recipe import RunSources, WindowExport, save_with_recipe
 from attnviz.app.fields import WINDOW
 from attnviz.app.jobs import analyze, open_model_ready
 from attnviz.core.setting_words import Wording, worded
-from attnviz.core.view import Selection
+from attnviz.core.view import Selection, opening_view
 from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
 from attnviz.core.writes import command_scope, guard
 from attnviz.gui import style
@@ -111,6 +111,8 @@ class MainWindow(QMainWindow):
         # how a run keeps its maps (attnviz open --memory; no control in the window): auto picks by the estimate
         self.memory = "auto"
         self.maps_path: Path | None = None  # the `attnviz extract` maps file shown (None: a model's run)
+        # a tab asked for (open --view, a restored session): the next model opened shows it, not its kind's
+        self.view_pinned = False
 
         # views
         self.tabs = QTabWidget()
@@ -653,7 +655,10 @@ class MainWindow(QMainWindow):
             what = "the model ran but returned" if self.session.model is not None else "this result holds"
             self.show_error(f"{what} no attention maps")
             return
+        fresh = self.session.fresh
         self.session.set_result(result)
+        if fresh:
+            self._open_on_kind_view(result)
         self._follow_view_block()
         info = result.info or {}
         t = info.get("timings") or {}
@@ -793,6 +798,20 @@ class MainWindow(QMainWindow):
         if title not in self.views:
             raise AttnvizError(f"unknown view {name!r}; use one of {', '.join(TAB_VIEWS)}")
         self.tabs.setCurrentWidget(self.views[title])
+
+    def pin_view(self, name: str) -> None:
+        """Show a tab asked for by name, and keep it when the model being opened shows its first result."""
+        self.select_view(name)
+        self.view_pinned = True
+
+    def _open_on_kind_view(self, result) -> None:
+        """A newly opened model's first result shows the tab its kind reads best on (core.view.opening: the view
+        ``attnviz figure`` draws without ``--view``), unless a tab was asked for (``open --view``, a restored
+        session): a speech model opens on Audio regions, where its cross-attention's Overview was dim."""
+        if self.view_pinned:
+            self.view_pinned = False
+            return
+        self.select_view(opening_view(result, self.session.blocks).window)
 
     def current_view(self):
         return self.tabs.currentWidget()

@@ -80,13 +80,16 @@ def save(win) -> None:
 
 
 def load(settings) -> dict | None:
-    """The saved session when its model file still exists, else None."""
+    """The saved session when its model (a file, or an export folder) still exists, else None."""
     raw = settings.value(KEY)
     try:
         state = parse_json(raw, "saved session") if isinstance(raw, (str, bytes)) and raw else None
     except AttnvizError:
         return None
-    if not isinstance(state, dict) or not isinstance(state.get("model"), str) or not Path(state["model"]).is_file():
+    if not isinstance(state, dict) or not isinstance(state.get("model"), str):
+        return None
+    model = Path(state["model"])
+    if not (model.is_file() or model.is_dir()):  # a folder too: a speech model (Whisper's export) is one
         return None
     return state
 
@@ -112,7 +115,7 @@ def restore(win, state: dict) -> None:
     win.settings.sync()
     view = state.get("view")
     if isinstance(view, str) and view in win.views:
-        win.tabs.setCurrentWidget(win.views[view])
+        win.pin_view(view)  # (a title): the tab left, not the one the model's kind opens on
     sel = valid(state.get("selection"), SELECTION_KINDS, SELECTION_VALUES)
     if "heads" in sel:
         sel["heads"] = tuple(sel["heads"])  # the selection is hashable (it keys caches)

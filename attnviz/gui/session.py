@@ -58,6 +58,11 @@ class Session(QObject):
         # ("" = nothing ran yet; a failed run's views once said "Open a model" under an open model)
         self.run_note = ""
 
+    @property
+    def fresh(self) -> bool:
+        """The next result is a newly opened model's first (it opens on the view model's defaults)."""
+        return self._fresh
+
     # -- state changes -------------------------------------------------------
     def set_model(self, model: AttnModel | None) -> None:
         self.model = model

@@ -45,6 +45,27 @@ def shown_heatmap(qtbot, monkeypatch, screen: int):
     return w
 
 
+def speech_demo() -> Path:
+    """The bundled speech demo, a Whisper folder ``models/spoken-digits`` (skipped where the checkout has none)."""
+    import pytest
+
+    path = DEMOS / "spoken-digits"
+    if not (path / "encoder_model.onnx").is_file():
+        pytest.skip("models/spoken-digits is not in this checkout")
+    return path
+
+
+def shown_tab(w) -> str:
+    """The title of the tab the window shows."""
+    return w.tabs.tabText(w.tabs.currentIndex())
+
+
+def kind_by_hand(model) -> str:
+    """The kind of a demo model read from the opened model, not from its result (core.view.opening reads the
+    result): a speech model takes sound (an input whose role is audio); the demos' others take words."""
+    return "speech" if "audio" in set(model.roles.values()) else "text"
+
+
 def demo(name: str) -> Path:
     """The bundled demo model ``models/NAME.onnx`` (the test skipped where the checkout has none)."""
     import pytest

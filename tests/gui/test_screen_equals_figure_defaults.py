@@ -4,7 +4,8 @@ A shipped demo opened in the window with nothing chosen shows what ``attnviz fig
 and no ``--generate``: the same selection (the view model's ``default_selection``), the same generation steps
 (``default_generate``) and so the same figure, byte for byte, for every view the window exports.  The strip, which
 the window has no tab for, draws the Alignment view's rows: the same words, weights (special tokens hidden, mass
-kept) and colour-bar words as on screen.  The real engine runs both sides."""
+kept) and colour-bar words as on screen.  The speech demo opens on Audio regions, which ``figure`` without ``--view``
+draws for it (core.view.opening).  The real engine runs both sides."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("onnxruntime")
 
-from gui_helpers import demo, open_and_wait
+from gui_helpers import demo, kind_by_hand, open_and_wait, shown_tab, speech_demo
 
 from attnviz.cli import main
+from attnviz.core.view import OPENING_VIEWS
+from attnviz.core.view_names import tab_title
 
 
 def export(qtbot, w, view: str, out: Path) -> bytes:
@@ -58,6 +61,28 @@ def test_the_window_opens_where_figure_draws_without_flags(qtbot, real_window, t
         # the window's generation steps (32 for translation) are figure's when --generate is not given
         assert recipe["inputs"]["generate"] == w.inputs.values()["generate"]
     capsys.readouterr()
+
+
+def test_the_speech_demo_opens_on_audio_regions_and_figure_draws_it_without_flags(qtbot, real_window, tmp_path):
+    """With nothing chosen the speech demo opens on Audio regions (core.view.opening; its kind read here from the
+    model's inputs) and ``figure`` with no flags at all, no ``--view`` either, draws the same bytes."""
+    path = speech_demo()
+    w = real_window
+    assert shown_tab(w) == "Overview"  # a new window's first tab
+    open_and_wait(qtbot, w, path, timeout=60000)
+    kind = kind_by_hand(w.session.model)
+    assert kind == "speech"
+    assert shown_tab(w) == tab_title(OPENING_VIEWS[kind].window) == "Audio regions"
+    # it draws a word's attention over the clip, not why it cannot
+    assert w.audio_regions.reason() is None and w.audio_regions.shown_query() is not None
+    ours = tmp_path / "window.png"
+    w.export_view(ours)  # File ▸ Export view of the tab the model opened on
+    qtbot.waitUntil(lambda: w.last_export == ours, timeout=60000)
+    theirs = tmp_path / "figure.png"
+    assert main(["figure", str(path), "--out", str(theirs)]) == 0  # no --view, no selection flags
+    assert theirs.read_bytes() == ours.read_bytes()
+    recipe = json.loads((tmp_path / "figure.png.recipe.json").read_text())
+    assert recipe["view"]["view"] == OPENING_VIEWS[kind].figure == "audio"
 
 
 def _strip_faces(fig) -> list[np.ndarray]:

@@ -15,7 +15,8 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.palette` -- colours, colour maps, the colour scales (constants only); :mod:`.link_cut` -- what token
   links are measured against (each row's strongest, or the map's top)
 - :mod:`.selection` -- :class:`Selection`, :class:`ViewError`, the blocks and the matrix a selection picks
-- :mod:`.defaults` -- what a freshly opened result shows; :mod:`.labels` -- token labels and ticks
+- :mod:`.defaults` -- what a freshly opened result shows; :mod:`.opening` -- the view it opens on, per kind of model;
+  :mod:`.labels` -- token labels and ticks
 - :mod:`.colourbar` -- colour-bar ticks, range and words; :mod:`.steps` -- generation steps and decoder rows
 - :mod:`.pooling` -- max-pooling a map in runs of positions, band by band of rows (screen, thumbnails, figure)
 - :mod:`.overview` -- thumbnails and their cache, and the top of the "shared" colour scale
@@ -127,6 +128,7 @@ from attnviz.core.view.maps import (
     map_notes,
     series_dots,
 )
+from attnviz.core.view.opening import OPENING_VIEWS, OpeningView, opening_view, result_kind
 from attnviz.core.view.overlay import (
     GLOBAL_PANEL,
     QUERY_OUTLINE,
@@ -316,6 +318,10 @@ __all__ = [
     "default_generate",
     "default_image_base",
     "default_selection",
+    "OPENING_VIEWS",
+    "OpeningView",
+    "opening_view",
+    "result_kind",
     "divergence_colour",
     "downsample",
     "pool_by",
