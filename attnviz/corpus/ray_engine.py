@@ -317,6 +317,14 @@ def _context(progress: bool) -> None:
     ctx.execution_options.preserve_order = True  # zip pairs rows by position; partials come back in order
     ctx.enable_progress_bars = progress  # Ray's bars (rows/s per stage) stand in for attnviz's own here
     ctx.print_on_execution_start = False
+    # the sort above SORT_IN_ONE_TASK items: Ray Data's classic pull-based shuffle, not the actor-based one newer Ray
+    # (2.4x+: SHUFFLE_V2) defaults to.  Behind SHUFFLE_V2's sort, the strict repartition cut blocks of 27, 21, 32, 6
+    # rows instead of 32, 32, 22 once the sort got several input blocks (as any large corpus's read gives), so the
+    # actors cut other batches than the local engine's; its aggregator actors also cost 5-10 s of start-up a sort
+    # (100 rows: 0.13 s pulled).  Older Ray has no ShuffleStrategy: its only sort is the pull-based one.
+    strategy = getattr(getattr(ray.data.context, "ShuffleStrategy", None), "SORT_SHUFFLE_PULL_BASED", None)
+    if strategy is not None:
+        ctx.shuffle_strategy = strategy
     # Ray Data logs a failed task's stack before re-raising it; attnviz turns it into one line (run_texts)
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     # Ray Data's advice when --workers exceeds the corpus's blocks (a small corpus: the extra actors idle), a

@@ -24,9 +24,9 @@ import numpy as np
 from attnviz import AttnvizError, __version__
 from attnviz.core import metadata as meta_keys
 from attnviz.core.writes import atomic_path
-from attnviz.training import budget
 from attnviz.training.config import ModelConfig, TrainConfig
-from attnviz.training.model import ROLES, input_names
+from attnviz.training.exported import read_config  # noqa: F401  (its callers import it from here too)
+from attnviz.training.layout import ROLES, input_names
 from attnviz.training.runners import OnnxRunner, TorchRunner
 
 OPSET = 17
@@ -198,44 +198,3 @@ def export(
         write_metadata(tmp, build_metadata(task, mcfg, tcfg, metrics))
         parity = check_parity(tmp, model, feeds) if check else None
     return {"path": str(path), "metrics": metrics, "parity": parity}
-
-
-def read_config(path: str | Path) -> tuple[str, ModelConfig, TrainConfig, dict]:
-    """(task name, ModelConfig, TrainConfig, parsed attnviz metadata) of an exported model."""
-    import onnx
-
-    from attnviz.core.untrusted import read_bytes
-
-    # a regular file only, read by the guard: onnx.load of a FIFO waited for a writer for ever, /dev/zero never ended
-    if not Path(path).exists() and not Path(path).is_symlink():  # (a dangling link: the guard names the link)
-        raise AttnvizError(f"no such model file: {path}")
-    data = read_bytes(path, "model")
-    try:
-        m = onnx.load_model_from_string(data)
-    except Exception as e:  # protobuf DecodeError etc.
-        raise AttnvizError(
-            f"{path} is not a readable ONNX file ({type(e).__name__}); re-export it with 'attnviz train'"
-        ) from None
-    meta = meta_keys.parse({p.key: p.value for p in m.metadata_props})
-    cfg = meta.get("config")
-    if not isinstance(cfg, dict) or "model" not in cfg or "train" not in cfg:
-        raise AttnvizError(
-            f"{path} has no attnviz training config in its metadata; "
-            "'attnviz eval' only scores models exported by 'attnviz train'"
-        )
-    if not isinstance(cfg["model"], dict) or not isinstance(cfg["train"], dict):
-        raise AttnvizError(
-            f"{path}: the attnviz config in its metadata is malformed; re-export it with 'attnviz train'"
-        )
-    budget.check_sizes(cfg["model"], cfg["train"])  # before the dataclasses divide by n_heads or patch_size
-    try:
-        mcfg, tcfg = ModelConfig.from_dict(cfg["model"]), TrainConfig.from_dict(cfg["train"])
-    except (TypeError, ValueError) as e:  # a field of the wrong type (align_heads, arch given as a list...)
-        raise AttnvizError(f"{path}: the attnviz config in its metadata is malformed ({e}); re-export it") from None
-    budget.check_eval(mcfg, tcfg)  # the metadata is untrusted text: nothing of its sizes is built yet
-    return (
-        str(meta.get("task", cfg.get("task", ""))),
-        mcfg,
-        tcfg,
-        meta,
-    )

@@ -222,7 +222,7 @@ class Trainer:
     def _init_from(self, run: Path) -> None:
         """Fine-tuning: the weights of a finished run of the same architecture (dropout may differ) and its
         model's task state (tokenizers); on resume the run's own checkpoint replaces the weights afterwards."""
-        from attnviz.training.export import read_config
+        from attnviz.training.exported import read_config
 
         model_file = run / "model.onnx"
         if not model_file.is_file():

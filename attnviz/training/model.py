@@ -31,29 +31,14 @@ import torch.nn.functional as F
 
 from attnviz.training.config import ModelConfig
 
-# Input names per architecture; the exported ONNX graph takes them in this order.
-INPUTS = {
-    ("encoder", "tokens"): ("input_ids", "attention_mask"),
-    ("encoder", "series"): ("series",),
-    ("decoder", "tokens"): ("input_ids",),
-    ("decoder", "series"): ("series",),
-    ("encoder-decoder", "tokens"): ("input_ids", "attention_mask", "decoder_input_ids"),
-    ("vit", "tokens"): ("pixel_values",),
-    ("image-decoder", "tokens"): ("pixel_values", "decoder_input_ids"),
-}
-# attnviz.inputs roles of those names (see attnviz.core.metadata)
-ROLES = {
-    "input_ids": "tokens",
-    "attention_mask": "mask",
-    "series": "series",
-    "decoder_input_ids": "decoder_tokens",
-    "pixel_values": "image",
-}
-
-
-def input_names(cfg: ModelConfig) -> tuple[str, ...]:
-    kind = cfg.input_kind if cfg.arch in ("encoder", "decoder") else "tokens"
-    return INPUTS[(cfg.arch, kind)]
+# the input names, their roles and the maps' order by config live torch-free in training/layout.py (eval, the tasks)
+from attnviz.training.layout import (  # noqa: F401  (also this module's names, as callers import them)
+    INPUTS,
+    ROLES,
+    cross_attention_indices,
+    encoder_layers,
+    input_names,
+)
 
 
 class Attention(nn.Module):
@@ -349,19 +334,3 @@ class AttnModel(nn.Module):
             for i in range(len(self.decoder.layers)):
                 out += [("decoder", "self", i), ("decoder", "cross", i)]
         return out
-
-
-def encoder_layers(cfg: ModelConfig) -> int:
-    """Encoder self-attention layers in front of the decoder's maps (0 for decoder-only and CNN image grids)."""
-    if cfg.arch == "decoder" or (cfg.arch == "image-decoder" and cfg.image_encoder == "cnn"):
-        return 0
-    return cfg.n_layers
-
-
-def cross_attention_indices(cfg: ModelConfig) -> list[int]:
-    """Positions of the decoder cross-attention maps (one per decoder layer) in the canonical order of
-    ``forward(..., return_attention=True)``: encoder layers, then per decoder layer self before cross."""
-    if cfg.arch not in ("encoder-decoder", "image-decoder"):
-        return []
-    n_enc = encoder_layers(cfg)
-    return [n_enc + 2 * layer + 1 for layer in range(cfg.n_dec_layers)]

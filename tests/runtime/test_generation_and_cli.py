@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -239,19 +240,22 @@ def test_extract_without_input_says_what_this_model_takes(tmp_path, capsys, name
         (["inspect", "{model}", "--no-probe"], set()),
         (["extract", "{model}", "--inputs", "{feeds}", "--out", "{out}"], set()),
         (["figure", "{model}", "--inputs", "{feeds}", "--view", "heatmap", "--out", "{pdf}"], {"matplotlib"}),
+        # an exported model scored by onnxruntime: no torch (it cost 1.6 s of CPU a command, a refused file's too)
+        (["eval", "{demo}", "--n", "2"], set()),
     ],
 )
 def test_a_command_imports_only_what_it_uses(tmp_path, argv, allowed):
-    """`attnviz inspect` / `extract` load no Qt, torch, matplotlib, pyarrow, pandas or transformers, and `figure`
-    only matplotlib of them: the CLI builds only the parser of the command it runs (each command module keeps
-    its heavy imports inside ``run``)."""
+    """`attnviz inspect` / `extract` / `eval` load no Qt, torch, matplotlib, pyarrow, pandas or transformers, and
+    `figure` only matplotlib of them: the CLI builds only the parser of the command it runs (each command module
+    keeps its heavy imports inside ``run``)."""
     import subprocess
     import sys
 
     model = tiny_text_model(tmp_path / "m.onnx")
     feeds = tmp_path / "feeds.npz"
     np.savez(feeds, input_ids=np.array([[1, 2, 3]]))
-    args = [a.format(model=model, feeds=feeds, out=tmp_path / "o.npz", pdf=tmp_path / "f.pdf") for a in argv]
+    demo = Path(__file__).resolve().parents[2] / "models" / "sequence-classification.onnx"  # (trained by attnviz)
+    args = [a.format(model=model, feeds=feeds, out=tmp_path / "o.npz", pdf=tmp_path / "f.pdf", demo=demo) for a in argv]
     heavy = {"PySide6", "torch", "matplotlib", "pyarrow", "pandas", "transformers", "ray", "attnviz.gui"}
     script = (
         "import sys; from attnviz.cli import main; rc = main(sys.argv[1:]); "

@@ -25,7 +25,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
-    from attnviz.training.export import read_config
+    from attnviz.training.exported import read_config
     from attnviz.training.runners import OnnxRunner, take
     from attnviz.training.tasks import get_task
     from attnviz.training.tasks.spoken_digits import evaluate_folder, is_task_folder

@@ -72,7 +72,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.training.config import ModelConfig, TrainConfig
-from attnviz.training.model import cross_attention_indices, encoder_layers, input_names
+from attnviz.training.layout import cross_attention_indices, encoder_layers, input_names
 from attnviz.training.runners import batched, take
 from attnviz.training.seeds import split_seed  # noqa: F401  (the tasks' and their callers' name for it)
 

@@ -21,7 +21,7 @@ import numpy as np
 from attnviz.training import data_captioning as dc
 from attnviz.training import metrics as M
 from attnviz.training.config import preset_configs
-from attnviz.training.model import cross_attention_indices
+from attnviz.training.layout import cross_attention_indices
 from attnviz.training.runners import batched, take
 from attnviz.training.tasks import Task, feeds_of, greedy_decode, split_seed, trim_padding
 from attnviz.training.tasks.vit_classification import image_metadata, to_pixels

@@ -25,7 +25,7 @@ from attnviz.core import align
 from attnviz.training import data_translation as dt
 from attnviz.training import metrics as M
 from attnviz.training.config import preset_configs
-from attnviz.training.model import cross_attention_indices
+from attnviz.training.layout import cross_attention_indices
 from attnviz.training.runners import batched, take
 from attnviz.training.tasks import Task, feeds_of, greedy_decode, trim_padding
 
