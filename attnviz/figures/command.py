@@ -158,7 +158,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--query",
         type=int,
         help="query position (image, links, heatmap highlight); image view default: as the window opens it (a "
-        "captioner's most focused word, the word of --step)",
+        "captioner's most focused word, the word of --step); audio view of an encoder alone (wav2vec2): the frame, "
+        "default its loudest, as the window opens it",
     )
     view.add_argument(
         "--batch-index",
