@@ -89,8 +89,9 @@ class AudioView:
 
 
 def frames_shown(track: AudioTrack, batch: int, n_keys: int) -> int:
-    """Encoder frames that hold the clip (the rest of the window is padding): ``ceil(duration / frame)``."""
-    return max(1, min(n_keys, math.ceil(track.duration(batch) / track.frame_seconds - 1e-9)))
+    """Encoder frames that hold the clip (the rest of the window is padding): ``ceil(duration / frame)``, the
+    count every map view cuts its frame axes to (:func:`attnviz.core.view.clip_frame_count`)."""
+    return vm.clip_frame_count(track, batch, n_keys)
 
 
 def loudest_frame(track: AudioTrack, batch: int, blk: Block, n: int) -> int:
@@ -221,6 +222,7 @@ def audio_view(result: AttentionResult, sel: vm.Selection, blocks: list[Block] |
             hide_special=False,
             keep=1.0,
             mode="mean" if blk.kind == "cross" and sel.mode == "rollout" else sel.mode,
+            padding=True,  # the whole window: the view cuts the clip's frames itself and weighs the padding's mass
         ),
         blocks,
     )

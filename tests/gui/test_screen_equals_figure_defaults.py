@@ -10,6 +10,7 @@ draws for it (core.view.opening).  The real engine runs both sides."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,40 @@ def test_the_speech_demo_opens_on_audio_regions_and_figure_draws_it_without_flag
     assert theirs.read_bytes() == ours.read_bytes()
     recipe = json.loads((tmp_path / "figure.png.recipe.json").read_text())
     assert recipe["view"]["view"] == OPENING_VIEWS[kind].figure == "audio"
+
+
+def test_the_speech_demos_maps_end_with_the_clip_on_screen_and_on_paper(qtbot, real_window, tmp_path, capsys):
+    """The demo pads its 2.3-s sample to a 4-s window: the Head map, Alignment and Overview draw the clip's frames
+    (counted here from the WAV's header: a frame is two 160-sample hops), as `figure` without flags does, byte for
+    byte; the "show padding" box draws all 200, as `figure --padding` does.  A text model has no such box."""
+    import soundfile as sf
+
+    path = speech_demo()
+    clip = math.ceil(sf.info(str(path / "sample.wav")).frames / 320)
+    w = real_window
+    open_and_wait(qtbot, w, path, timeout=60000)
+    box = w.controls.padding
+    assert not box.isHidden() and not box.isChecked()
+    for view in ("heatmap", "alignment", "overview"):
+        ours = export(qtbot, w, view, tmp_path / f"window-{view}.png")
+        theirs = tmp_path / f"figure-{view}.png"
+        assert main(["figure", str(path), "--view", view, "--out", str(theirs)]) == 0
+        assert theirs.read_bytes() == ours, f"{view}: the window's clip and figure's differ"
+    hm = w.head_map.heatmap
+    np.testing.assert_array_equal(hm.mv.k_pos, np.arange(clip))
+    assert hm.full_title.endswith(f"the clip: frames 0–{clip - 1} of 200 (padding cut)")
+    np.testing.assert_array_equal(w.alignment.heatmap.mv.k_pos, np.arange(clip))
+    box.setChecked(True)  # the whole window
+    assert w.session.sel.padding
+    ours = export(qtbot, w, "heatmap", tmp_path / "window-padding.png")
+    assert hm.mv.matrix.shape[1] == 200 and "padding" not in hm.full_title
+    theirs = tmp_path / "figure-padding.png"
+    assert main(["figure", str(path), "--view", "heatmap", "--padding", "--out", str(theirs)]) == 0
+    assert theirs.read_bytes() == ours
+    assert json.loads((tmp_path / "figure-padding.png.recipe.json").read_text())["view"]["padding"] is True
+    open_and_wait(qtbot, w, demo("translation"), timeout=60000)
+    assert box.isHidden()  # nothing after a clip to show
+    capsys.readouterr()
 
 
 def burst_clip(path: Path, at: float = 1.413) -> Path:

@@ -180,7 +180,9 @@ class OverviewView(View):
         The view model keeps them with the result, per filter setting (the analyze worker pooled the first
         setting already); ``use_cache=False`` pools them again."""
         s = self.session
-        sel = vm.Selection(step=s.sel.step, hide_special=s.sel.hide_special, keep=s.sel.keep, batch=s.sel.batch)
+        sel = vm.Selection(
+            step=s.sel.step, hide_special=s.sel.hide_special, keep=s.sel.keep, batch=s.sel.batch, padding=s.sel.padding
+        )
         return vm.thumbnails(s.result, sel, THUMB, s.blocks, use_cache=use_cache)
 
     def redraw(self, use_cache: bool = True) -> None:
@@ -210,6 +212,7 @@ class OverviewView(View):
             s.sel.batch,
             s.sel.scale,
             s.sel.vmax,
+            s.sel.padding,
         )
         if key != self._drawn_key:
             self.redraw()
