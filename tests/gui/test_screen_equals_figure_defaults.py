@@ -105,10 +105,13 @@ def test_the_speech_demos_maps_end_with_the_clip_on_screen_and_on_paper(qtbot, r
         assert theirs.read_bytes() == ours, f"{view}: the window's clip and figure's differ"
     hm = w.head_map.heatmap
     np.testing.assert_array_equal(hm.mv.k_pos, np.arange(clip))
-    assert hm.full_title.endswith(f"the clip: frames 0–{clip - 1} of 200 (padding cut)")
+    assert hm.full_title.endswith(f"the clip: frames 0–{clip - 1} of 200 (padding cut)")  # (said on screen)
     np.testing.assert_array_equal(w.alignment.heatmap.mv.k_pos, np.arange(clip))
+    note = f"the clip: frames 0–{clip - 1} of 200 (padding cut)"
+    w.select_view("overview")
+    assert note in w.overview.info.text()
     box.setChecked(True)  # the whole window
-    assert w.session.sel.padding
+    assert w.session.sel.padding and note not in w.overview.info.text()
     ours = export(qtbot, w, "heatmap", tmp_path / "window-padding.png")
     assert hm.mv.matrix.shape[1] == 200 and "padding" not in hm.full_title
     theirs = tmp_path / "figure-padding.png"

@@ -43,7 +43,7 @@ from attnviz.core.view.alignment import (
     cross_block,
     row_story,
 )
-from attnviz.core.view.clip import ClipCut, clip_cut, clip_frame_count, pads_clip
+from attnviz.core.view.clip import ClipCut, clip_cut, clip_frame_count, clip_note, pads_clip
 from attnviz.core.view.colourbar import (
     CBAR_TICKS,
     HIDDEN_NOTE,
@@ -387,6 +387,7 @@ __all__ = [
     "ClipCut",
     "clip_cut",
     "clip_frame_count",
+    "clip_note",
     "pads_clip",
     "step_query",
     "words_query",

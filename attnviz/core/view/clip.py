@@ -68,3 +68,10 @@ def pads_clip(result: AttentionResult | None, blocks: list[Block]) -> bool:
     """Whether any of ``blocks`` has frames after the clip that the maps cut (the window's "show padding" box is
     shown for such a result alone: a text model, or wav2vec2's frames ending with the clip, have none)."""
     return result is not None and any(clip_cut(result, b, Selection()) is not None for b in blocks)
+
+
+def clip_note(result: AttentionResult | None, blocks: list[Block], sel: Selection) -> str | None:
+    """The cut's note where some of ``blocks`` are cut to the clip under ``sel`` (the Overview's line: its
+    thumbnails of every block at once), else None."""
+    cuts = (clip_cut(result, b, sel) for b in blocks) if result is not None else iter(())
+    return next((c.note for c in cuts if c is not None), None)

@@ -313,6 +313,7 @@ class OverviewView(View):
         self.info.setText(
             f"{len(self.thumbs)} heads · {'scale' if self.session.sel.vmax else 'shared scale'} 0–{self.vmax:.3g} · focus: {blk.name} · {vm.head_what(blk, s)}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
+            + (f" · {clip}" if (clip := vm.clip_note(self.session.result, self.session.blocks, s)) else "")
             + (f" · {self.session.comparison.frames_note()}" if self.session.comparison is not None else "")
             + (f" · {vm.OFF_NOTE} ({len(self.crosses)})" if self.crosses else "")
             + " · right-click a head to switch it off"
