@@ -110,3 +110,16 @@ def test_a_recipe_without_the_choice_draws_the_whole_window_as_before(demo):
     assert resolve(result, FigureSpec(view="alignment")).padding is True
     assert resolve(result, FigureSpec(view="alignment", padding=False)).padding is False
     assert "padding" not in FigureSpec(view="alignment").to_dict()
+
+
+def test_figure_padding_on_a_model_without_sound_is_refused_in_one_line(tmp_path, capsys):
+    from attnviz.cli import main
+
+    demo = DEMO.parent / "translation.onnx"
+    if not demo.is_file():
+        pytest.skip("models/translation.onnx is not in this checkout")
+    assert main(["figure", str(demo), "--padding", "--out", str(tmp_path / "x.pdf")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        err[-1].startswith("attnviz: error: --padding: translation.onnx hears no sound") and "drop --padding" in err[-1]
+    )
