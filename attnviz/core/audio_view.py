@@ -89,8 +89,26 @@ class AudioView:
 
 
 def frames_shown(track: AudioTrack, batch: int, n_keys: int) -> int:
-    """Encoder frames that hold the clip (the rest of the window is padding): ``ceil(duration / frame)``."""
-    return max(1, min(n_keys, math.ceil(track.duration(batch) / track.frame_seconds - 1e-9)))
+    """Encoder frames that hold the clip (the rest of the window is padding): ``ceil(duration / frame)``, the
+    count every map view cuts its frame axes to (:func:`attnviz.core.view.clip_frame_count`)."""
+    return vm.clip_frame_count(track, batch, n_keys)
+
+
+def loudest_frame(track: AudioTrack, batch: int, blk: Block, n: int) -> int:
+    """The frame an encoder alone on the sound (wav2vec2, HuBERT) opens on where no frame is chosen: the loudest of
+    the ``n`` frames of the clip, where the sound is (frame 0 is often the silence before it).  A property of the
+    sound, not of the head shown, so the query stays put while the user steps through heads and layers.  Loudness as
+    the Head map's series draws it above the frames (the block's key values, the RMS of each frame's receptive
+    field), else the RMS of the samples under each frame; the first of equals."""
+    vals = blk.key_axis.values
+    if vals is not None and len(vals) >= n:
+        level = np.asarray(vals[:n], np.float64)
+    else:  # no levels kept (an older maps file): the samples under frame i, [i, i + 1) x frame_seconds
+        x = np.asarray(track.waves[batch], np.float64)
+        cs = np.concatenate([[0.0], np.cumsum(x * x)])
+        edges = np.minimum(np.round(np.arange(n + 1) * track.frame_seconds * track.rate).astype(int), len(x))
+        level = (cs[edges[1:]] - cs[edges[:-1]]) / np.maximum(edges[1:] - edges[:-1], 1)
+    return int(np.argmax(level)) if n else 0
 
 
 def frame_at(seconds: float, frame_seconds: float, n: int) -> int | None:
@@ -204,6 +222,7 @@ def audio_view(result: AttentionResult, sel: vm.Selection, blocks: list[Block] |
             hide_special=False,
             keep=1.0,
             mode="mean" if blk.kind == "cross" and sel.mode == "rollout" else sel.mode,
+            padding=True,  # the whole window: the view cuts the clip's frames itself and weighs the padding's mass
         ),
         blocks,
     )
@@ -214,7 +233,9 @@ def audio_view(result: AttentionResult, sel: vm.Selection, blocks: list[Block] |
     cross = bi if kind == "word" else _cross_of(result, blocks)
     words = audio_words(result, blocks[cross]) if cross is not None else []  # an encoder alone: no words
     if kind == "frame":
-        query = min(max(int(sel.query or 0), 0), n - 1)  # a frame of the clip (the padding after it is not drawn)
+        # a frame chosen (a click, --query, a restored session), else the loudest: window and figure open on it
+        chosen = loudest_frame(track, batch, blk, n) if sel.query is None else int(sel.query)
+        query = min(max(chosen, 0), n - 1)  # a frame of the clip (the padding after it is not drawn)
         label = f"frame {query} ({query * track.frame_seconds:.2f} s)"
     else:
         rows = [r for _, r in words]

@@ -65,6 +65,9 @@ VIEW_FLAGS = (
     ViewFlag("--span", "span", ("heatmap", "alignment")),
     ViewFlag("--key-span", "key_span", ("heatmap", "alignment")),
     ViewFlag("--link-cut", "link_cut", ("links",)),
+    # a speech clip's maps: their frame axes end with the clip unless asked for the window's padding too (Audio
+    # regions draw the clip alone, whatever it says)
+    ViewFlag("--padding", "padding", TOKEN_ROWS),
 )
 BY_DEST = {f.dest: f for f in VIEW_FLAGS}
 
@@ -146,6 +149,7 @@ MODEL_NEEDS = {
     "image_from": _IMAGE,
     "frame": _IMAGE,  # a vision tower's frames (tiles, images)
     "rows": ModelNeed(_has_cross, "has no cross-attention (an encoder-decoder's)"),
+    "padding": ModelNeed(lambda r: r.audio is not None, "hears no sound (a speech model's frames after its clip)"),
 }
 
 

@@ -70,6 +70,7 @@ _SPEC_ARGS = (
     "span",
     "key_span",
     "link_cut",
+    "padding",
 )
 
 
@@ -158,7 +159,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--query",
         type=int,
         help="query position (image, links, heatmap highlight); image view default: as the window opens it (a "
-        "captioner's most focused word, the word of --step)",
+        "captioner's most focused word, the word of --step); audio view of an encoder alone (wav2vec2): the frame, "
+        "default its loudest, as the window opens it",
     )
     view.add_argument(
         "--batch-index",
@@ -243,6 +245,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="links view: draw each query token's strongest links, measured against its own strongest (row, the "
         "default, as in the window: every token of a long input has its links) or against the top weight of the "
         "map (map: links compare across tokens; a long causal input's later tokens then show none)",
+    )
+    view.add_argument(
+        "--padding",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="speech model: draw the encoder frames after the clip too, the silent padding of the model's window "
+        "(Whisper's 30 s); by default a map's frame axes end with the clip, its title saying so",
     )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
     view.add_argument(  # (the number kept as typed: its refusal shows 0.0000001, not Python's 1e-07)
@@ -595,6 +604,10 @@ def run(args) -> int:
         from attnviz.core.view import default_image_base
 
         spec = FigureSpec(**dict(spec.to_dict(), image_base=default_image_base(result)))
+    if not args.recipe and result.audio is not None and spec.padding is None:
+        # a speech clip's maps end with the clip, as the window draws them; the recipe records it (one without it
+        # was drawn on the whole window)
+        spec = FigureSpec(**dict(spec.to_dict(), padding=False))
     if not args.recipe:  # a recipe already says which head it drew (and is drawn as it says)
         from attnviz.figures.select import declared_defaults
 

@@ -78,6 +78,7 @@ def spec_of(result: AttentionResult, view: str, sel: vm.Selection, style: Figure
         image_from=sel.image_from if sel.image_from != vm.DEFAULT_IMAGE_FROM else None,
         frame=sel.frame + 1 if sel.frame else None,
         link_cut=sel.link_cut if view == "links" else None,
+        padding=bool(sel.padding) if result.audio is not None else None,  # (a speech model's recipes say which)
         cmap=style.cmap,
         width=style.width,
         width_in=style.width_in,

@@ -398,6 +398,9 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
         frame=int(spec.frame or 1) - 1,
         link_cut=spec.link_cut or view.RECIPE_LINK_CUT,  # unset in a recipe written before the choice: the map's top
         vmax=view.check_vmax(spec.vmax),  # the colour scale's top set by hand: the view model holds it
+        # unset in a recipe written before the choice: a speech clip's whole window, as it was drawn (other models
+        # have no padding to draw: the window's False)
+        padding=bool(spec.padding) if spec.padding is not None else result.audio is not None,
     )
     if spec.frame is not None:  # a frame the block does not have (or not a tower's frames): one line naming them
         view.check_frame(result, base)

@@ -193,6 +193,9 @@ class FigureSpec:
     # (LINK_CUTS).  None: map, as every links figure was drawn before there was a choice, so such a recipe draws
     # the same bytes; `figure --view links` records the view model's default (row)
     link_cut: str | None = None
+    # a speech model's maps: the encoder frames after the clip too (the padding of the model's window).  None: as a
+    # recipe written before the choice drew them (the whole window); `attnviz figure` records False, the window's
+    padding: bool | None = None
 
     def __post_init__(self):
         self.validate()
@@ -256,7 +259,7 @@ class FigureSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         # not chosen: the recipe as it was before there was a choice
-        for key in ("picture", "image_from", "frame", "image_scale", "span", "key_span", "link_cut"):
+        for key in ("picture", "image_from", "frame", "image_scale", "span", "key_span", "link_cut", "padding"):
             if d[key] is None:
                 del d[key]
         return d

@@ -157,6 +157,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="logarithmic colour scale (the log box), as `figure --log`",
     )
     p.add_argument(
+        "--padding",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="speech model: the maps show the encoder frames after the clip too, the padding of the model's window "
+        "(the 'show padding' box), as `figure --padding`",
+    )
+    p.add_argument(
         "--picture",
         type=int,
         metavar="N",
@@ -246,7 +253,7 @@ def focus_from_args(args) -> dict:
 
     focus = {
         k: getattr(args, k)
-        for k in ("block", "layer", "head", "mode", "image_base", "image_from", "log", "link_cut")
+        for k in ("block", "layer", "head", "mode", "image_base", "image_from", "log", "link_cut", "padding")
         if getattr(args, k) is not None
     }
     if args.scale is not None:  # as figure's --scale: the image view's own box too

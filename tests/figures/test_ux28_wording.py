@@ -54,7 +54,7 @@ def test_open_vmax_names_the_flag_as_typed(maps, capsys):
     from attnviz.gui.command import focus_from_args
 
     args = type("A", (), dict.fromkeys(("block", "layer", "head", "mode", "image_base", "image_from", "log",
-                                        "link_cut", "scale", "frame", "picture"), None))()  # fmt: skip
+                                        "link_cut", "padding", "scale", "frame", "picture"), None))()  # fmt: skip
     args.vmax = 0.0  # argparse's float for '--vmax 0'
     with pytest.raises(vm.ViewError, match=r"^--vmax 0: "):
         focus_from_args(args)

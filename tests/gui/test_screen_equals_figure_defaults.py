@@ -10,6 +10,7 @@ draws for it (core.view.opening).  The real engine runs both sides."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,94 @@ def test_the_speech_demo_opens_on_audio_regions_and_figure_draws_it_without_flag
     assert theirs.read_bytes() == ours.read_bytes()
     recipe = json.loads((tmp_path / "figure.png.recipe.json").read_text())
     assert recipe["view"]["view"] == OPENING_VIEWS[kind].figure == "audio"
+
+
+def test_the_speech_demos_maps_end_with_the_clip_on_screen_and_on_paper(qtbot, real_window, tmp_path, capsys):
+    """The demo pads its 2.3-s sample to a 4-s window: the Head map, Alignment and Overview draw the clip's frames
+    (counted here from the WAV's header: a frame is two 160-sample hops), as `figure` without flags does, byte for
+    byte; the "show padding" box draws all 200, as `figure --padding` does.  A text model has no such box."""
+    import soundfile as sf
+
+    path = speech_demo()
+    clip = math.ceil(sf.info(str(path / "sample.wav")).frames / 320)
+    w = real_window
+    open_and_wait(qtbot, w, path, timeout=60000)
+    box = w.controls.padding
+    assert not box.isHidden() and not box.isChecked()
+    for view in ("heatmap", "alignment", "overview"):
+        ours = export(qtbot, w, view, tmp_path / f"window-{view}.png")
+        theirs = tmp_path / f"figure-{view}.png"
+        assert main(["figure", str(path), "--view", view, "--out", str(theirs)]) == 0
+        assert theirs.read_bytes() == ours, f"{view}: the window's clip and figure's differ"
+    hm = w.head_map.heatmap
+    np.testing.assert_array_equal(hm.mv.k_pos, np.arange(clip))
+    assert hm.full_title.endswith(f"the clip: frames 0–{clip - 1} of 200 (padding cut)")  # (said on screen)
+    np.testing.assert_array_equal(w.alignment.heatmap.mv.k_pos, np.arange(clip))
+    note = f"the clip: frames 0–{clip - 1} of 200 (padding cut)"
+    w.select_view("overview")
+    assert note in w.overview.info.text()
+    box.setChecked(True)  # the whole window
+    assert w.session.sel.padding and note not in w.overview.info.text()
+    ours = export(qtbot, w, "heatmap", tmp_path / "window-padding.png")
+    assert hm.mv.matrix.shape[1] == 200 and "padding" not in hm.full_title
+    theirs = tmp_path / "figure-padding.png"
+    assert main(["figure", str(path), "--view", "heatmap", "--padding", "--out", str(theirs)]) == 0
+    assert theirs.read_bytes() == ours
+    assert json.loads((tmp_path / "figure-padding.png.recipe.json").read_text())["view"]["padding"] is True
+    open_and_wait(qtbot, w, demo("translation"), timeout=60000)
+    assert box.isHidden()  # nothing after a clip to show
+    capsys.readouterr()
+
+
+def burst_clip(path: Path, at: float = 1.413) -> Path:
+    """2.2 s of a quiet chirp with a short loud burst at ``at`` seconds: the loudness is not at the clip's start."""
+    import soundfile as sf
+
+    rate = 16000
+    t = np.arange(int(2.2 * rate)) / rate
+    x = 0.05 * np.sin(2 * np.pi * (150 * t + 3350 / 4.4 * t**2))
+    x += 0.8 * np.exp(-0.5 * ((t - at) / 0.006) ** 2) * np.sin(2 * np.pi * 900 * t)
+    sf.write(path, x.astype(np.float32), rate)
+    return path
+
+
+@pytest.mark.slow  # the wav2vec2 export (cached per machine under ~/.cache/attnviz-tests)
+def test_an_encoder_alone_opens_on_the_loudest_frame_and_figure_draws_it(
+    qtbot, real_window, optimum_export, tmp_path, capsys
+):
+    """A wav2vec2 (an encoder alone on the sound, no words) opens on Audio regions at the clip's loudest frame, not
+    frame 0 (often silence), and `figure` with no flags draws the same bytes; a frame chosen still wins (--query, a
+    click).  The loudest frame is counted here from the WAV's samples: each frame hears 400 samples every 320
+    (wav2vec2-base's conv stack), its loudness their mean square."""
+    import soundfile as sf
+
+    sound = burst_clip(tmp_path / "burst.wav")
+    x = sf.read(sound, dtype="float64")[0]
+    n = (len(x) - 400) // 320 + 1
+    power = np.array([np.mean(x[320 * i : 320 * i + 400] ** 2) for i in range(n)])
+    loudest = int(np.argmax(power))
+    assert loudest > 0 and 10 * np.log10(power[loudest] / np.sort(power)[-2]) > 3  # the premise: one clear peak
+    folder = optimum_export("wav2vec2") / "onnx"
+    w = real_window
+    open_and_wait(qtbot, w, folder, timeout=120000, audio=str(sound))
+    assert shown_tab(w) == "Audio regions"
+    v = w.audio_regions
+    qtbot.waitUntil(lambda: v.view is not None)
+    assert v.view.query_kind == "frame" and v.view.query == loudest
+    assert v.view.query_label == f"frame {loudest} ({loudest * 0.02:.2f} s)"
+    ours = tmp_path / "window.png"
+    w.export_view(ours)
+    qtbot.waitUntil(lambda: w.last_export == ours, timeout=60000)
+    theirs = tmp_path / "figure.png"
+    assert main(["figure", str(folder), "--audio", str(sound), "--out", str(theirs)]) == 0  # no flags
+    assert theirs.read_bytes() == ours.read_bytes()
+    # a frame given wins: --query in the figure, the session's query (a click, a restored session) in the window
+    other = tmp_path / "frame5.png"
+    assert main(["figure", str(folder), "--audio", str(sound), "--query", "5", "--out", str(other)]) == 0
+    assert other.read_bytes() != ours.read_bytes()
+    w.session.select(query=5)
+    qtbot.waitUntil(lambda: v.view is not None and v.view.query == 5)
+    capsys.readouterr()
 
 
 def _strip_faces(fig) -> list[np.ndarray]:

@@ -90,7 +90,7 @@ def test_aggregations_and_filters(qtbot, window, files):
     c.mode.setCurrentIndex(c.mode.findData("mean"))
     c.layer_lo.setValue(2)
     c.layer_hi.setValue(3)
-    assert "layers 2–3 · mean over heads" in hm.plot.getPlotItem().titleLabel.text
+    assert "layers 2–3 · mean over heads" in hm.full_title
     want = np.concatenate([blk.layer(2), blk.layer(3)]).mean(0)
     np.testing.assert_allclose(hm.mv.matrix, want, rtol=1e-5)
     c.mode.setCurrentIndex(c.mode.findData("max"))

@@ -30,6 +30,7 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.links` -- token links (a tower's frames: the Head map's frame), cut as the selection's ``link_cut`` says
 - :mod:`.compare` -- two models compared: B's map of A's selection, and A − B
 - :mod:`.span` -- a window of positions cut out of a map (figures' ``--span``); :mod:`.find` -- a token by text or position
+- :mod:`.clip` -- a speech clip's frames among the encoder's window: every map's frame axes end with the clip
 
 Callers import from the package (``from attnviz.core import view as vm``); a test that patches a module-level
 setting patches the submodule that reads it (``attnviz.core.view.overview.POOL_THREADS_FROM``).
@@ -42,6 +43,7 @@ from attnviz.core.view.alignment import (
     cross_block,
     row_story,
 )
+from attnviz.core.view.clip import ClipCut, clip_cut, clip_frame_count, clip_note, pads_clip
 from attnviz.core.view.colourbar import (
     CBAR_TICKS,
     HIDDEN_NOTE,
@@ -382,6 +384,11 @@ __all__ = [
     "query_place",
     "query_tip",
     "span_map",
+    "ClipCut",
+    "clip_cut",
+    "clip_frame_count",
+    "clip_note",
+    "pads_clip",
     "step_query",
     "words_query",
     "step_rows",

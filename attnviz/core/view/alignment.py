@@ -10,6 +10,7 @@ import numpy as np
 
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.view.clip import clip_cut
 from attnviz.core.view.colourbar import HIDDEN_NOTE
 from attnviz.core.view.labels import clean_label
 from attnviz.core.view.maps import MapView
@@ -84,6 +85,10 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
                 param="generate",
             )
     k_pos = np.arange(m.shape[1])
+    cut = clip_cut(result, blk, sel)
+    if cut is not None:  # a speech clip's frames: the padding after it is not the user's sound
+        k_pos = k_pos[: cut.keys]
+        notes.append(cut.note)
     k_pos = k_pos[~_pad(blk.key_axis, k_pos, blk_len(blk, 1))]  # a padded row's source: its own tokens
     k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
     m = m[np.ix_(q_pos, k_pos)]

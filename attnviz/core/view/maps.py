@@ -14,6 +14,7 @@ import numpy as np
 
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.view.clip import clip_cut
 from attnviz.core.view.colourbar import HIDDEN_NOTE
 from attnviz.core.view.labels import clean_labels
 from attnviz.core.view.overview import scale_top
@@ -94,6 +95,11 @@ def compute_map(
             k_pos = k_pos[:n]
         m = m[np.ix_(q_pos, k_pos)]
         notes.append(_step_note(result, sel))
+    cut = clip_cut(result, blk, sel)
+    if cut is not None:  # a speech clip's frames: the padding after it is not the user's sound
+        q_pos, k_pos = q_pos[: cut.rows], k_pos[: cut.keys]  # (None: the axis whole)
+        m = m[: len(q_pos), : len(k_pos)]
+        notes.append(cut.note)
     if not keep_pads:
         pq, pk = _pad(blk.query_axis, q_pos, blk_len(blk, 0)), _pad(blk.key_axis, k_pos, blk_len(blk, 1))
         if pq.any() or pk.any():
@@ -172,7 +178,8 @@ def map_notes(result: AttentionResult, sel: Selection, blocks: list[Block] | Non
     sel = clamp(sel, blocks)
     blk = blocks[sel.block]
     step = [_step_note(result, sel)] if step_rows(result, blk, sel.step) is not None else []
-    return step + _after_hiding(result, blk, sel)
+    cut = clip_cut(result, blk, sel)
+    return step + ([cut.note] if cut is not None else []) + _after_hiding(result, blk, sel)
 
 
 @dataclass

@@ -18,6 +18,7 @@ import numpy as np
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, PooledSource
 from attnviz.core.frames import FramesMap
+from attnviz.core.view.clip import clip_cut
 from attnviz.core.view.colourbar import check_scale
 from attnviz.core.view.pooling import _pool_axis, pool_to
 from attnviz.core.view.selection import (
@@ -197,6 +198,9 @@ def _block_filters(result: AttentionResult, blk: Block, sel: Selection) -> _Filt
     if n is not None:
         q_pos = q_pos[:n]
         k_pos = k_pos[:n] if blk.kind == "self" else k_pos
+    cut = clip_cut(result, blk, sel)
+    if cut is not None:  # a speech clip's frames: the padding after it is not the user's sound (as compute_map)
+        q_pos, k_pos = q_pos[: cut.rows], k_pos[: cut.keys]
     q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
     k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
     dq, dk = (hide_mask(q_sp), hide_mask(k_sp)) if sel.hide_special else (q_sp & False, k_sp & False)
@@ -258,7 +262,7 @@ def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[
             out.append(small)
             continue
         a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
-        if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
+        if a.shape[1:] != (f.n_q, f.n_k):  # a step, a clip's frames: slice (a view), never copy the full layer
             a = a[:, : f.n_q, : f.n_k]
         one: Callable[[int], np.ndarray] = a.__getitem__  # head h's map after the step
         n_heads, cells = a.shape[0], a.size

@@ -72,6 +72,9 @@ class Selection:
     # ``image_scale`` say; None: the scale's own top.  Held here alone: every view that draws a colour scale reads it
     # from the selection, on screen and in figures (check_vmax refuses a bad one)
     vmax: float | None = None
+    # a speech model's maps: draw the encoder frames after the clip too, the padding of the model's window (Whisper
+    # pads every clip to 30 s); False: each frame axis ends with the clip (core.view.clip)
+    padding: bool = False
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)

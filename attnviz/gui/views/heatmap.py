@@ -204,6 +204,7 @@ class HeatmapWidget(QWidget):
         self.log = False
         self._bar: tuple | None = None  # the colour bar's levels, log and words as last set
         self._titles = (x_title, y_title)
+        self.full_title = ""  # the map's title whole (the one drawn is cut with '…' to the view: _show_title)
         self.x_axis = TokenAxis("bottom")
         self.y_axis = TokenAxis("left")
         self.plot = pg.PlotWidget(axisItems={"bottom": self.x_axis, "left": self.y_axis})
@@ -299,7 +300,10 @@ class HeatmapWidget(QWidget):
             pi.setLabel("bottom", mv.x_title)
             pi.setLabel("left", mv.y_title)
             self._titles = titles
-        pi.setTitle(mv.title, size="10pt")
+        self.full_title = mv.title
+        self._show_title()
+        # again once the axes have taken their new labels' widths (the room beside the title is theirs)
+        QTimer.singleShot(0, self._show_title)
         self._set_series(mv)
         # a map with more positions than the screen has pixels is drawn max-pooled (as the figure is): handed whole
         # to pyqtgraph, a crafted 30,000-token map was coloured into a 3.6 GB picture (8 GB held, 33 s to the
@@ -320,6 +324,29 @@ class HeatmapWidget(QWidget):
             self.set_hover(r, c)
         else:
             self.set_hover(-1, -1)
+
+    def _show_title(self) -> None:
+        """The title on one line, cut with '…' where the view is narrower, its tooltip the title whole.  pyqtgraph
+        makes a title's width its column's minimum: a long one (a speech clip's "the clip: frames 0–115 of 200")
+        widened the plot past a 1000-px window's view, the map cut at 1 s and the colour bar off screen."""
+        pi = self.plot.getPlotItem()
+        font = QFont()
+        font.setPointSizeF(10.0)  # the size the title is drawn at
+        # the title's column lies over the map's: the view's width less the axis and the colour bar beside it
+        least = Qt.SizeHint.MinimumSize
+        beside = pi.effectiveSizeHint(least).width() - pi.titleLabel.effectiveSizeHint(least).width()
+        room = max(40, int(self.plot.viewport().width() - beside - 8))
+        shown = QFontMetrics(font).elidedText(self.full_title, Qt.TextElideMode.ElideRight, room)
+        if pi.titleLabel.text != shown:
+            pi.setTitle(shown, size="10pt")
+            # the plot stays as wide as a longer title made it until the view is resized: fit it to the view again
+            pi.setGeometry(QRectF(self.plot.range))
+        pi.titleLabel.setToolTip(self.full_title if shown != self.full_title else "")
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if self.full_title:
+            self._show_title()
 
     def _fit_axes(self, pi) -> None:
         """Lay the plot out with the room its axes' labels take once drawn.  The query labels' band sets the key

@@ -180,7 +180,9 @@ class OverviewView(View):
         The view model keeps them with the result, per filter setting (the analyze worker pooled the first
         setting already); ``use_cache=False`` pools them again."""
         s = self.session
-        sel = vm.Selection(step=s.sel.step, hide_special=s.sel.hide_special, keep=s.sel.keep, batch=s.sel.batch)
+        sel = vm.Selection(
+            step=s.sel.step, hide_special=s.sel.hide_special, keep=s.sel.keep, batch=s.sel.batch, padding=s.sel.padding
+        )
         return vm.thumbnails(s.result, sel, THUMB, s.blocks, use_cache=use_cache)
 
     def redraw(self, use_cache: bool = True) -> None:
@@ -210,6 +212,7 @@ class OverviewView(View):
             s.sel.batch,
             s.sel.scale,
             s.sel.vmax,
+            s.sel.padding,
         )
         if key != self._drawn_key:
             self.redraw()
@@ -310,6 +313,7 @@ class OverviewView(View):
         self.info.setText(
             f"{len(self.thumbs)} heads · {'scale' if self.session.sel.vmax else 'shared scale'} 0–{self.vmax:.3g} · focus: {blk.name} · {vm.head_what(blk, s)}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
+            + (f" · {clip}" if (clip := vm.clip_note(self.session.result, self.session.blocks, s)) else "")
             + (f" · {self.session.comparison.frames_note()}" if self.session.comparison is not None else "")
             + (f" · {vm.OFF_NOTE} ({len(self.crosses)})" if self.crosses else "")
             + " · right-click a head to switch it off"

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.core.rows import row_noun, scored_rows
 from attnviz.core.text_scores import TextScores
-from attnviz.core.view import SCALES, ViewError, check_vmax, n_steps
+from attnviz.core.view import SCALES, ViewError, check_vmax, n_steps, pads_clip
 from attnviz.core.view.palette import LOG_DECADES
 from attnviz.gui.selection import MODE_TITLES, MODES
 from attnviz.gui.widgets.elided_combo import ElidedCombo
@@ -42,6 +42,10 @@ SCALE_BY_HAND_TIP = (
     "colour-top box to choose a scale again"
 )
 LOG_TIP = f"colours on a log scale, {LOG_DECADES} decades below the top weight (weak weights become visible)"
+PADDING_TIP = (
+    "the maps' frame axes end with the clip (the model's window pads it with silence: Whisper's 30 s); checked, they "
+    "show the padding's frames too, as `figure --padding` draws them"
+)
 BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
 # a dual encoder's candidate texts: one image against them, so only the text tower's maps change
 TEXT_TIP = (
@@ -98,6 +102,9 @@ class Controls(QWidget):
         self.vmax.setToolTip(VMAX_TIP)
         self.hide_special = QCheckBox("hide special tokens")
         self.hide_special.setToolTip("drop [CLS]/[SEP]/BOS/EOS/pad rows and columns and renormalise rows")
+        # a speech clip's maps end with the clip (core.view.clip); shown for a model whose window pads the clip alone
+        self.padding = QCheckBox("show padding after the clip")
+        self.padding.setToolTip(PADDING_TIP)
         self.step = QSlider(Qt.Horizontal)
         self.step.setRange(0, 0)
         self.step_label = QLabel("step –")
@@ -123,9 +130,10 @@ class Controls(QWidget):
         r = len(rows)
         g.addWidget(self.log, r, 0, 1, 2)
         g.addWidget(self.hide_special, r + 1, 0, 1, 2)
-        g.addWidget(self.step_label, r + 2, 0)
-        g.addWidget(self.step, r + 2, 1)
-        g.setRowStretch(r + 3, 1)
+        g.addWidget(self.padding, r + 2, 0, 1, 2)
+        g.addWidget(self.step_label, r + 3, 0)
+        g.addWidget(self.step, r + 3, 1)
+        g.setRowStretch(r + 4, 1)
         self.batch.valueChanged.connect(lambda v: self._set(batch=v))
         self.block.currentIndexChanged.connect(lambda i: self._set(block=i))
         self.layer.valueChanged.connect(lambda v: self._set(layer=v))
@@ -138,6 +146,7 @@ class Controls(QWidget):
         self.scale.currentIndexChanged.connect(lambda i: self._set(**{self.scale_field: self.scale.itemData(i)}))
         self.vmax.editingFinished.connect(self._on_vmax)
         self.hide_special.toggled.connect(lambda on: self._set(hide_special=on))
+        self.padding.toggled.connect(lambda on: self._set(padding=on))
         self.step.valueChanged.connect(self._on_step)
         session.result_changed.connect(self.rebuild)
         session.selection_changed.connect(self.sync)
@@ -188,6 +197,7 @@ class Controls(QWidget):
             self.step.setRange(0, max(0, g))
             self.step.setValue(g)
             self.step.setEnabled(g > 0)
+            self.padding.setVisible(pads_clip(self.session.result, self.session.blocks))
         finally:
             self._syncing = False
         self.sync()
@@ -254,6 +264,7 @@ class Controls(QWidget):
                 self._show_vmax(sel.vmax)
             self._show_scale()
             self.hide_special.setChecked(sel.hide_special)
+            self.padding.setChecked(sel.padding)
             g = n_steps(s.result, sel.batch)  # a beam's own length: the slider follows the beam shown
             self.step.setRange(0, max(0, g))
             self.step.setValue(g if sel.step < 0 else min(sel.step, g))
