@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -100,6 +101,24 @@ def test_inspect_json_lists_sites(tmp_path, capsys):
     assert d["kind"] == "encoder" and [s["layer"] for s in d["sites"]] == [0, 1]
     assert d["inputs"][0]["role"] == "tokens" and d["sites"][0]["heads"] == 2
     assert d["metadata"]["attnviz.task"] == "sequence-classification"
+
+
+def test_inspect_json_shows_the_metadata_values_the_table_cuts(capsys):
+    """ux29: the table cuts a long metadata value with "(904 chars; --json shows 200)", and --json cut it at 200
+    too: no command showed a demo's whole training config.  --json now gives each value whole (the file's bytes),
+    and the table's hint says so."""
+    import onnx
+
+    demo = Path(__file__).resolve().parents[2] / "models" / "captioning.onnx"
+    stored = {p.key: p.value for p in onnx.load(str(demo), load_external_data=False).metadata_props}
+    assert len(stored["attnviz.config"]) > 200
+    assert main(["inspect", str(demo), "--json", "--no-probe"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["metadata"] == stored
+    assert json.loads(d["metadata"]["attnviz.config"])["task"] == "captioning"  # whole: it parses
+    assert main(["inspect", str(demo), "--no-probe"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("attnviz.config"))
+    assert line.endswith(f"… ({len(stored['attnviz.config'])} chars; --json shows it whole)")
 
 
 def test_generation_progress_and_cancel(tmp_path):
