@@ -117,7 +117,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "model",
         nargs="?",
         metavar="MODEL",
-        help="ONNX model file; a .npz is taken as --maps, a .json as --recipe (attnviz open reads them alike)",
+        help="ONNX model file; a .npz is taken as --maps (as attnviz open takes it), a .json as --recipe",
     )
     p.add_argument("--maps", metavar="MAPS.npz", help="attention maps written by 'attnviz extract' (no model run)")
     p.add_argument(
