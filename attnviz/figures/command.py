@@ -476,6 +476,19 @@ def _positional_file(args) -> None:
 
 
 def run(args) -> int:
+    try:
+        return _draw(args)
+    except AttnvizError as e:
+        if args.maps and getattr(e, "param", None) == "generate":
+            # figure --maps takes no --generate (it runs nothing): "(see --generate)" sent the user to a flag it
+            # refuses; the maps have to be extracted again, generating (extract generates none unless asked)
+            raise AttnvizError(
+                f"{e}; {Path(args.maps).name} holds no generated words: run 'attnviz extract' again with --generate N"
+            ) from None
+        raise
+
+
+def _draw(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, unread_keys_note
     from attnviz.figures.render import figure_format, render_spec, save_figure, save_figure_and_recipe
