@@ -283,3 +283,18 @@ def test_a_command_imports_only_what_it_uses(tmp_path, argv, allowed):
     assert p.returncode == 0, p.stderr
     loaded = set(eval(p.stdout.strip().splitlines()[-1]))
     assert loaded <= allowed, f"attnviz {argv[0]} imported {sorted(loaded - allowed)}"
+
+
+def test_align_audio_counts_one_head_in_the_singular(tmp_path, capsys):
+    """ux29: the speech demo declares one alignment head, and align-audio said "5 words from 1 heads"."""
+    import json as _json
+
+    demo = Path(__file__).resolve().parents[2] / "models" / "spoken-digits"
+    heads = _json.loads((demo / "generation_config.json").read_text())["alignment_heads"]
+    out = tmp_path / "words.tsv"
+    assert main(["align-audio", str(demo), "--audio", str(demo / "sample.wav"), "--out", str(out)]) == 0
+    words = len(out.read_text().splitlines()) - 1  # the header row, then a word a row
+    assert len(heads) == 1 and words > 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"wrote {out}: {words} words from 1 head (generation_config.json alignment_heads)"
+    ]
