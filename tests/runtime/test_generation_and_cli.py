@@ -298,3 +298,13 @@ def test_align_audio_counts_one_head_in_the_singular(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == [
         f"wrote {out}: {words} words from 1 head (generation_config.json alignment_heads)"
     ]
+
+
+def test_one_map_and_one_site_are_counted_in_the_singular(tmp_path, capsys):
+    """ux29: a one-layer model (train's tiny preset) read "wrote m.npz: 1 maps", and compare "of 1 sites"."""
+    path = tiny_text_model(tmp_path / "one.onnx", layers=1)
+    out = tmp_path / "m.npz"
+    assert main(["extract", str(path), "--text", "the cat", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {out}: 1 map (")
+    assert main(["compare", str(path), str(path), "--text", "the cat", "--out", str(tmp_path / "cmp")]) == 0
+    assert capsys.readouterr().out.startswith(f"compared 2 heads of 1 site -> {tmp_path / 'cmp' / 'heads.parquet'}")
