@@ -81,7 +81,9 @@ def model_name(model: AttnModel) -> str:
 def default_generate(model: AttnModel, given: dict | None = None) -> int:
     """Generation steps for a freshly opened model: the view model's one default, shared with ``attnviz figure``
     (:func:`attnviz.core.view.default_generate`)."""
-    return view_defaults.default_generate(model_kind(model), given)
+    from attnviz.runtime.speech import default_steps_in_room
+
+    return default_steps_in_room(model.meta, view_defaults.default_generate(model_kind(model), given))
 
 
 def sample_input(model: AttnModel) -> dict:
