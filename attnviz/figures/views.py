@@ -296,7 +296,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     one = len(layers) == 1
     row_labels = vm.layer_labels(block)  # "L0", or "L0 win" / "L1 full" where layers attend over different spans
     left = 0.08 if one else max(0.32, 0.12 + 0.55 * fs * PT * max(len(row_labels[li]) for li in layers))
-    right, gap, bottom = CBAR_IN + 0.3, 0.05, 0.08
+    right, gap = CBAR_IN + 0.3, 0.05
     head_lab = fs * 1.5 * PT  # "H3" above each panel (single layer) or each column
     what = "all layers and heads" if not one else f"layer {layers[0]}, all heads"
     if one and vm.layer_windows(block)[layers[0]]:  # that layer's heads attend within windows (Qwen2.5-VL)
@@ -312,24 +312,37 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         extra.append(vm.OFF_NOTE)
     note = vm.windows_note(block)  # what the rows' "win" means, as the screen's block title says
     windows = [note] if note is not None and not one else []
-    title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
-    width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
-    key_at = key_layout(key, width - left - 0.1, fs) if key is not None else None
-    if key_at is not None:
-        bottom += key_at.height
-    title = fit_title(title, width, fs + 1)
-    top = title_height(title, fs + 1) + head_lab
-    pw = max((width - left - right - (ncols - 1) * gap) / ncols, 0.05)
-    ph = pw * aspect
-    row_h = ph + (head_lab if one else 0.0)
-    grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
+    whole_title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
+    norm = _norm(style, sel.log, max(top_weight, 1e-6))
+    bar_label = vm.overview_label(sel.log, sel.scale, sel.vmax)
+    tick_texts = [text for _, text in vm.scale_ticks(norm.vmin, norm.vmax, sel.log)]
+    # the colour bar's margin holds its tick labels and its label, wrapped to the bar's length: a fixed 0.9 in cut
+    # "(fixed 0–1)" off a single-column figure at --font-size 11 (the bar's length depends on the margin: twice
+    # more at most, each pass with the margin the last one needed)
+    for _ in range(3):
+        width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
+        key_at = key_layout(key, width - left - 0.1, fs) if key is not None else None
+        # (the bar's bottom tick label, centred on its end, reaches half a line below it)
+        bottom = max(0.08, 0.6 * fs * PT) + (key_at.height if key_at is not None else 0.0)
+        title = fit_title(whole_title, width, fs + 1)
+        top = title_height(title, fs + 1) + head_lab
+        pw = max((width - left - right - (ncols - 1) * gap) / ncols, 0.05)
+        ph = pw * aspect
+        row_h = ph + (head_lab if one else 0.0)
+        grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
+        lines = wrap_label(bar_label, max(grid_h, 0.9), fs).count("\n") + 1
+        # the bar's gap and width, the ticks' length and pad and the label's pad (2 + 3.5 + 4 pt), the tick
+        # labels, the label's lines (matplotlib's 1.2 line pitch) and a little to spare
+        need = 0.1 + 0.07 + 9.5 * PT + text_width_in(tick_texts, fs) + (1.2 * lines + 0.1) * fs * PT + 0.05
+        if need <= right:
+            break
+        right = need
     height = top + bottom + max(grid_h, 0.9)
     # a head's label on every k-th column where they would touch ("H10H11" read as one at a column's width with
     # 12 heads): the widest label and 2 pt of space within the column pitch
     widest = max(text_width_pt(f"H{h}", fs) for h in range(H))
     every = max(1, math.ceil((widest + 2.0) / ((pw + gap) * 72)))
     fig = new_figure(spec, width, height, constrained=False)
-    norm = _norm(style, sel.log, max(top_weight, 1e-6))
     cmap = _cmap(style, "overview")
     im = None
     for (r, c), li, h in cells:
@@ -362,7 +375,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         draw_key(fig, key, key_at, left, 0.08, ncols * (pw + gap) - gap, fs)
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
-    _colorbar(fig, im, sel.log, fs, vm.overview_label(sel.log, sel.scale, sel.vmax), cb_h, cax=cax)
+    _colorbar(fig, im, sel.log, fs, bar_label, cb_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig

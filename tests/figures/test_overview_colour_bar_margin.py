@@ -1,0 +1,44 @@
+"""ux29: the Overview figure kept a fixed 0.9-in margin for its colour bar, its tick labels and its label, so a
+single-column figure at ``--font-size 11`` cut the label's second line, "(fixed 0–1)", at the page's right edge (at
+10 it touched it).  The margin is now what those texts take; every text of the figure lies on the page."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from figure_data import encdec_result
+from matplotlib.text import Text
+
+from attnviz.core import view as vm
+from attnviz.figures import FigureSpec
+from attnviz.figures.render import render_spec
+
+
+def _off_page(fig) -> list[tuple[str, float]]:
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    page = fig.bbox
+    out = []
+    for t in fig.findobj(Text):
+        if not t.get_visible() or not t.get_text().strip():
+            continue
+        box = t.get_window_extent(renderer)
+        over = max(page.x0 - box.x0, box.x1 - page.x1, page.y0 - box.y0, box.y1 - page.y1)
+        if over > 0.5:  # pixels
+            out.append((t.get_text(), round(float(over), 1)))
+    return out
+
+
+@pytest.mark.parametrize("scale", ["fixed", "shared"])
+@pytest.mark.parametrize("width", ["single", None])
+@pytest.mark.parametrize("font", [7, 8, 9, 11, 12])
+def test_every_text_of_the_overview_is_on_the_page(width, font, scale):
+    """(the shared scale's longer label, "(shared by every head)", was cut from --font-size 8 on)"""
+    result = encdec_result()
+    spec = FigureSpec(view="overview", block="decoder cross", width=width, font_size=font, dpi=100, scale=scale)
+    fig = render_spec(result, spec)
+    assert _off_page(fig) == []
+    label = fig.axes[-1].yaxis.label.get_text()
+    assert label.replace("\n", " ") == vm.overview_label(False, scale, None)  # the whole label, wrapped at most
