@@ -696,7 +696,10 @@ def _text_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, 
     word_pt = fs * 2.0
     title = fit_title(make_title(result, style, sv.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
-    cbar_in = 0.42
+    # the bar's tick labels and its label lie under it, at fs - 1 points: 0.24 in at the default 7 pt, grown with the
+    # font (a fixed 0.24 in cut the label off the page's bottom at --font-size 9 and up)
+    bar_y = 0.24 * max(fs - 1, 6) / 6
+    cbar_in = bar_y + 0.18
     body_pt = sum(n_lines * line_pt + word_pt + 4 for _, _, n_lines in layouts)
     height = title_in + body_pt / 72 + cbar_in + 0.05
     fig = new_figure(spec, width, height, constrained=False)
@@ -731,7 +734,7 @@ def _text_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, 
             fontweight="bold",
         )
         y0 += word_pt + 4
-    cax = fig.add_axes((0.25, 0.24 / height, 0.5, 0.07 / height))
+    cax = fig.add_axes((0.25, bar_y / height, 0.5, 0.07 / height))
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
     cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
     cb.outline.set_linewidth(0.5)

@@ -1,6 +1,7 @@
 """ux29: the Overview figure kept a fixed 0.9-in margin for its colour bar, its tick labels and its label, so a
 single-column figure at ``--font-size 11`` cut the label's second line, "(fixed 0–1)", at the page's right edge (at
-10 it touched it).  The margin is now what those texts take; every text of the figure lies on the page."""
+10 it touched it); a text strip's bar sat 0.24 in above the page's bottom at any font.  The margins are now what
+those texts take; every text of the figure lies on the page."""
 
 from __future__ import annotations
 
@@ -42,3 +43,15 @@ def test_every_text_of_the_overview_is_on_the_page(width, font, scale):
     assert _off_page(fig) == []
     label = fig.axes[-1].yaxis.label.get_text()
     assert label.replace("\n", " ") == vm.overview_label(False, scale, None)  # the whole label, wrapped at most
+
+
+@pytest.mark.parametrize("width", ["single", None])
+@pytest.mark.parametrize("font", [7, 9, 11, 12])
+def test_every_text_of_a_text_strip_is_on_the_page(width, font):
+    """The strip of a translation (each target word under its source shaded) kept its colour bar 0.24 in above the
+    page's bottom whatever the font: from --font-size 9 its label, under the bar's tick labels, ran off the page."""
+    result = encdec_result()
+    spec = FigureSpec(view="strip", width=width, font_size=font, dpi=100)
+    fig = render_spec(result, spec)
+    assert _off_page(fig) == []
+    assert fig.axes[-1].xaxis.label.get_text().startswith("attention weight")
