@@ -308,3 +308,22 @@ def test_one_map_and_one_site_are_counted_in_the_singular(tmp_path, capsys):
     assert capsys.readouterr().out.startswith(f"wrote {out}: 1 map (")
     assert main(["compare", str(path), str(path), "--text", "the cat", "--out", str(tmp_path / "cmp")]) == 0
     assert capsys.readouterr().out.startswith(f"compared 2 heads of 1 site -> {tmp_path / 'cmp' / 'heads.parquet'}")
+
+
+def test_corpus_help_says_it_takes_a_folder(tmp_path, capsys):
+    """ux29: `corpus --help` said MODEL is an "ONNX model file", though the README runs it on a Whisper folder
+    (--audio-dir) and a Hub repository (--images); the speech demo's folder runs, as the help now says."""
+    with pytest.raises(SystemExit):
+        main(["corpus", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert (
+        "MODEL ONNX model file, or an export folder (optimum's encoder + decoder files; a Whisper folder with" in said
+    )
+    demo = Path(__file__).resolve().parents[2] / "models" / "spoken-digits"
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    shutil.copy(demo / "sample.wav", clips / "a.wav")
+    out = tmp_path / "res"
+    argv = ["corpus", str(demo), "--audio-dir", str(clips), "--workers", "1", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    assert (out / "heads.parquet").is_file()
