@@ -461,6 +461,22 @@ def _unread_flags(args, view: str) -> str | None:
     return unread_note(view, [f.dest for f in VIEW_FLAGS if getattr(args, f.dest, None) is not None])
 
 
+# the views that draw several --head heads: overlaid (links) or side by side (image); the overview draws every head
+SEVERAL_HEADS = ("links", "image", "overview")
+
+
+def _one_head_note(spec) -> str | None:
+    """``--head 1,2`` on a view that draws one head: which it drew (heatmap, alignment, strip and audio drew the
+    first without a word, so the second looked drawn too)."""
+    heads = spec.heads or []
+    if len(heads) < 2 or spec.view in SEVERAL_HEADS:
+        return None
+    return (
+        f"--head {','.join(str(h) for h in heads)}: the {spec.view} view draws one head, head {heads[0]} "
+        "(several heads are overlaid in the links view, side by side in the image view)"
+    )
+
+
 def _positional_file(args) -> None:
     """``attnviz figure MAPS.npz`` / ``attnviz figure R.json``: what the file is says what it is for (a model is never
     a .npz or a .json, and ``attnviz open MAPS.npz`` opens maps the same way) — else the maps of ``extract`` were
@@ -598,6 +614,7 @@ def _draw(args) -> int:
         say(warning, "warning")
 
     said_later.append(_unread_flags(args, spec.view))
+    said_later.append(_one_head_note(spec))
     if not args.all_heads:
         fig = render_spec(result, spec)
         for line in (note, *said_later):
