@@ -251,7 +251,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "pooled where it has more cells than pixels at this dpi",
     )
     size.add_argument("--font-size", type=float, metavar="PT", help="tick-label size in points (default 7)")
-    size.add_argument("--out", help="output file .pdf/.svg/.png (with --all-heads: a folder, or a name pattern)")
+    size.add_argument(
+        "--out",
+        help="output file .pdf/.svg/.png (with --all-heads: a folder, or a file name that each figure's layer and "
+        "head extend: figs/attn.pdf writes figs/attn_L00_H00.pdf, ...)",
+    )
     size.add_argument("--format", choices=FORMATS, help="file format for --all-heads into a folder (default png)")
     size.add_argument("--all-heads", action="store_true", help="one file per layer x head of the block")
     size.add_argument("--recipe-out", metavar="R.json", help="where to write the recipe (default OUT.recipe.json)")

@@ -45,3 +45,18 @@ def test_links_overlays_them_without_a_note(maps, tmp_path, capsys):
     argv = ["figure", str(maps), "--view", "links", "--layer", "1", "--head", "1,2", "--dpi", "40", "--out", str(out)]
     assert main(argv) == 0
     assert "--head 1,2" not in capsys.readouterr().err
+
+
+def test_all_heads_out_names_the_files_the_help_says(maps, tmp_path, capsys):
+    """ux29: --out's help said "(with --all-heads: a folder, or a name pattern)", and a pattern guessed from it
+    ("h_{layer}_{head}.pdf") wrote files named h_{layer}_{head}_L00_H00.pdf.  The help shows what a name does."""
+    with pytest.raises(SystemExit):
+        main(["figure", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert (
+        "a file name that each figure's layer and head extend: figs/attn.pdf writes figs/attn_L00_H00.pdf, ...)" in said
+    )
+    (tmp_path / "figs").mkdir()
+    argv = ["figure", str(maps), "--all-heads", "--layer", "0", "--dpi", "30", "--no-recipe"]
+    assert main([*argv, "--out", str(tmp_path / "figs" / "attn.pdf")]) == 0
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [f"attn_L00_H0{h}.pdf" for h in range(4)]
