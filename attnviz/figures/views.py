@@ -567,19 +567,22 @@ def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
         bar_h = rows * img_h + (rows - 1) * (cap_in + gap)
         # (narrower pictures make a shorter bar: more lines, never fewer, so this settles within the label's words)
         label_lines = max(fitted, wrap_label(ov.scale.label, bar_h, fs).count("\n") + 1)
-    height = title_in + rows * (cap_in + img_h) + (rows - 1) * gap + 2 * pad
+    # the bar's lowest tick label is centred on its bottom end: past the default 7 pt its lower half ran off the page
+    # (the "0" cut at --font-size 11); the margin below grows with the font
+    low = pad + max(fs - 7.0, 0.0) * 1.3 * PT
+    height = title_in + rows * (cap_in + img_h) + (rows - 1) * gap + pad + low
     fig = new_figure(spec, width, height, constrained=False)
     cmap = _cmap(style, "image")
     for k, (drawn, panel) in enumerate(ho.pictures):  # one colour scale: which head, which picture, looks shows
         r, c = divmod(k, per_row)
         x0 = pad + c * (img_w + gap)
-        y0 = pad + (rows - 1 - r) * (img_h + cap_in + gap)
+        y0 = low + (rows - 1 - r) * (img_h + cap_in + gap)
         ax = fig.add_axes((x0 / width, y0 / height, img_w / width, img_h / height))
         sm = _overlay(ax, image, drawn, cmap, panel)
         if ho.captions:
             ax.set_title(ho.captions[k], fontsize=fs, pad=fs * 0.4)
     x_bar = pad + per_row * img_w + (per_row - 1) * gap + cbar_gap
-    cax = fig.add_axes((x_bar / width, pad / height, cbar_w / width, bar_h / height))
+    cax = fig.add_axes((x_bar / width, low / height, cbar_w / width, bar_h / height))
     # the overlay's colour scale (fixed, shared by the block's heads or stretched to the map, as on screen): the bar
     # says which in the screen's words
     _colorbar(fig, sm, ov.scale.log, fs, ov.scale.label, bar_h, cax=cax)

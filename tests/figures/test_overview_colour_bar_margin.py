@@ -21,9 +21,11 @@ def _off_page(fig) -> list[tuple[str, float]]:
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     page = fig.bbox
+    # a hidden axis's tick labels (the image view's pictures) are never drawn
+    hidden = {id(t) for ax in fig.axes if not ax.axison for t in (*ax.get_xticklabels(), *ax.get_yticklabels())}
     out = []
     for t in fig.findobj(Text):
-        if not t.get_visible() or not t.get_text().strip():
+        if not t.get_visible() or not t.get_text().strip() or id(t) in hidden:
             continue
         box = t.get_window_extent(renderer)
         over = max(page.x0 - box.x0, box.x1 - page.x1, page.y0 - box.y0, box.y1 - page.y1)
@@ -55,3 +57,27 @@ def test_every_text_of_a_text_strip_is_on_the_page(width, font):
     fig = render_spec(result, spec)
     assert _off_page(fig) == []
     assert fig.axes[-1].xaxis.label.get_text().startswith("attention weight")
+
+
+@pytest.mark.parametrize("heads", [None, [0, 1]])
+@pytest.mark.parametrize("width", ["single", None])
+@pytest.mark.parametrize("font", [9, 11, 12])
+def test_the_image_views_lowest_tick_stays_on_the_page(width, font, heads):
+    """The image view's colour bar stood 0.05 in above the page's bottom at any font, its lowest tick label centred on
+    its end: at --font-size 11 the "0" was cut in half."""
+    from figure_data import vision_result
+
+    spec = FigureSpec(
+        view="image", width=width, font_size=font, dpi=100, heads=heads, head=None if heads else 0, image_scale="shared"
+    )
+    fig = render_spec(vision_result(), spec)
+    assert _off_page(fig) == []
+
+
+def test_the_image_view_at_the_default_font_is_as_before():
+    """(7 pt: the margin as it was; the figure's size in inches unchanged)"""
+    from figure_data import vision_result
+
+    fig = render_spec(vision_result(), FigureSpec(view="image", dpi=100, head=0))
+    bar = fig.axes[-1].get_position()
+    assert bar.y0 * fig.get_figheight() == pytest.approx(0.05, abs=0.5 / 100)  # (the height is whole pixels)
