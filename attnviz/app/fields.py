@@ -28,6 +28,7 @@ WINDOW_FIXES = {
     "no_input": "no input: type a text, or choose an image or a sound file",
     "no_input_text": "type one in the text box (its sample: {shown})",
     "no_input_image": "choose one in the image box (its sample: {shown})",
+    "no_input_audio": "choose one in the audio box (its sample: {shown})",
     "generate_batch": "generate runs one sequence; these inputs hold a batch of {rows} rows: give one row, or set "
     "generate to 0 to see every row",
     "beams_batch": "beams search one sequence; these inputs hold a batch of {rows} rows: give one row",

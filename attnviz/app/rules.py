@@ -31,9 +31,13 @@ def file_kind(path) -> str:
     p = Path(path)
     kind = ("corpus" if _results_folder(p) else "model") if p.is_dir() else OPENERS.get(p.suffix.lower())
     if kind is None:
+        # a figure's recipe is drawn again by the command that wrote it (figure --help said open read it too)
+        recipe = (
+            f"; a figure recipe is drawn again by: attnviz figure --recipe {p}" if p.suffix.lower() == ".json" else ""
+        )
         raise AttnvizError(
             f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …), sound files "
-            "(.wav, .flac, .ogg) and attention maps (.npz from 'attnviz extract')"
+            f"(.wav, .flac, .ogg) and attention maps (.npz from 'attnviz extract'){recipe}"
         )
     if not p.exists():
         raise AttnvizError(f"cannot open {p}: no such file")
@@ -77,7 +81,9 @@ def model_name(model: AttnModel) -> str:
 def default_generate(model: AttnModel, given: dict | None = None) -> int:
     """Generation steps for a freshly opened model: the view model's one default, shared with ``attnviz figure``
     (:func:`attnviz.core.view.default_generate`)."""
-    return view_defaults.default_generate(model_kind(model), given)
+    from attnviz.runtime.speech import default_steps_in_room
+
+    return default_steps_in_room(model.meta, view_defaults.default_generate(model_kind(model), given))
 
 
 def sample_input(model: AttnModel) -> dict:

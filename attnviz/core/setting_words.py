@@ -47,6 +47,7 @@ FIXES = {
     "no_input": "no input: give --text T, --image PATH, --audio FILE or --inputs FEEDS.npz",
     "no_input_text": "give --text (its sample: --text {shown}) or --inputs FEEDS.npz",
     "no_input_image": "give --image (its sample: --image {shown}) or --inputs FEEDS.npz",
+    "no_input_audio": "give --audio (its sample: --audio {shown}) or --inputs FEEDS.npz",
     "generate_batch": "--generate runs one sequence; these inputs hold a batch of {rows} rows: give one row, or drop "
     "--generate to see every row",
     "beams_batch": "--beams searches one sequence; these inputs hold a batch of {rows} rows: give one row",

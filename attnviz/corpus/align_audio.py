@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.core.notice import say
+from attnviz.core.words import count
 
 HELP = (
     "word timestamps of a speech model (a Whisper folder) from its alignment heads' cross-attention and dynamic "
@@ -257,7 +258,7 @@ def run(args) -> int:
             atomic_write_bytes(job.out, words_tsv(words, clip.probabilities(words)), "--out")
         for n in notes:
             say(n)
-        print(f"wrote {job.out}: {len(words)} words from {len(choice.heads)} heads ({choice.source})")
+        print(f"wrote {job.out}: {count(len(words), 'word')} from {count(len(choice.heads), 'head')} ({choice.source})")
         if gold is not None:
             tally.add(clip, gold, choice.heads, config.median_width)
     if table is not None:

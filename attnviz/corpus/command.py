@@ -10,7 +10,12 @@ HELP = "run a model over a corpus and reduce its attention to per-head statistic
 
 
 def add_arguments(p):
-    p.add_argument("model", metavar="MODEL", help="ONNX model file")
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        help="ONNX model file, or an export folder (optimum's encoder + decoder files; a Whisper folder with "
+        "--audio-dir; a Hub repository's vision-language files with --images)",
+    )
     src = p.add_argument_group("corpus (one of)")
     src.add_argument(
         "--texts",

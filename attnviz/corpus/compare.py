@@ -311,8 +311,10 @@ def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: P
     # planted in one late head) reads as a change that is not there
     moved = [r for r in heads if r["max_abs_diff"] > 0 or r["js_divergence"] > 0]
     first = sorted(moved, key=lambda r: (-r["js_divergence"], r["stack"], r["kind"], r["layer"], r["head"]))
+    from attnviz.core.words import count
+
     sites = len({(r["stack"], r["kind"], r["layer"]) for r in heads})
-    print(f"compared {len(heads)} heads of {sites} sites{over} -> {out / HEADS}")
+    print(f"compared {count(len(heads), 'head')} of {count(sites, 'site')}{over} -> {out / HEADS}")
     if not moved:
         print("no head changed: every compared head's weights are the same in A and B (|Δ| 0)")
     else:

@@ -121,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "model",
         nargs="?",
         metavar="MODEL",
-        help="ONNX model file; a .npz is taken as --maps, a .json as --recipe (attnviz open reads them alike)",
+        help="ONNX model file; a .npz is taken as --maps (as attnviz open takes it), a .json as --recipe",
     )
     p.add_argument("--maps", metavar="MAPS.npz", help="attention maps written by 'attnviz extract' (no model run)")
     p.add_argument(
@@ -270,7 +270,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "pooled where it has more cells than pixels at this dpi",
     )
     size.add_argument("--font-size", type=float, metavar="PT", help="tick-label size in points (default 7)")
-    size.add_argument("--out", help="output file .pdf/.svg/.png (with --all-heads: a folder, or a name pattern)")
+    size.add_argument(
+        "--out",
+        help="output file .pdf/.svg/.png (with --all-heads: a folder, or a file name that each figure's layer and "
+        "head extend: figs/attn.pdf writes figs/attn_L00_H00.pdf, ...)",
+    )
     size.add_argument("--format", choices=FORMATS, help="file format for --all-heads into a folder (default png)")
     size.add_argument("--all-heads", action="store_true", help="one file per layer x head of the block")
     size.add_argument("--recipe-out", metavar="R.json", help="where to write the recipe (default OUT.recipe.json)")
@@ -504,6 +508,22 @@ def _model_reads(args, result, view: str) -> None:
         check_model_reads(result, [f.dest for f in VIEW_FLAGS if getattr(args, f.dest, None) is not None])
 
 
+# the views that draw several --head heads: overlaid (links) or side by side (image); the overview draws every head
+SEVERAL_HEADS = ("links", "image", "overview")
+
+
+def _one_head_note(spec) -> str | None:
+    """``--head 1,2`` on a view that draws one head: which it drew (heatmap, alignment, strip and audio drew the
+    first without a word, so the second looked drawn too)."""
+    heads = spec.heads or []
+    if len(heads) < 2 or spec.view in SEVERAL_HEADS:
+        return None
+    return (
+        f"--head {','.join(str(h) for h in heads)}: the {spec.view} view draws one head, head {heads[0]} "
+        "(several heads are overlaid in the links view, side by side in the image view)"
+    )
+
+
 def _positional_file(args) -> None:
     """``attnviz figure MAPS.npz`` / ``attnviz figure R.json``: what the file is says what it is for (a model is never
     a .npz or a .json, and ``attnviz open MAPS.npz`` opens maps the same way) — else the maps of ``extract`` were
@@ -519,6 +539,19 @@ def _positional_file(args) -> None:
 
 
 def run(args) -> int:
+    try:
+        return _draw(args)
+    except AttnvizError as e:
+        if args.maps and getattr(e, "param", None) == "generate":
+            # figure --maps takes no --generate (it runs nothing): "(see --generate)" sent the user to a flag it
+            # refuses; the maps have to be extracted again, generating (extract generates none unless asked)
+            raise AttnvizError(
+                f"{e}; {Path(args.maps).name} holds no generated words: run 'attnviz extract' again with --generate N"
+            ) from None
+        raise
+
+
+def _draw(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, unread_keys_note
     from attnviz.figures.render import figure_format, render_spec, save_figure, save_figure_and_recipe
@@ -632,6 +665,7 @@ def run(args) -> int:
 
     _model_reads(args, result, spec.view)
     said_later.append(_unread_flags(args, spec.view))
+    said_later.append(_one_head_note(spec))
     if not args.all_heads:
         fig = render_spec(result, spec)
         for line in (note, *said_later):

@@ -314,7 +314,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     one = len(layers) == 1
     row_labels = vm.layer_labels(block)  # "L0", or "L0 win" / "L1 full" where layers attend over different spans
     left = 0.08 if one else max(0.32, 0.12 + 0.55 * fs * PT * max(len(row_labels[li]) for li in layers))
-    right, gap, bottom = CBAR_IN + 0.3, 0.05, 0.08
+    right, gap = CBAR_IN + 0.3, 0.05
     head_lab = fs * 1.5 * PT  # "H3" above each panel (single layer) or each column
     what = "all layers and heads" if not one else f"layer {layers[0]}, all heads"
     if one and vm.layer_windows(block)[layers[0]]:  # that layer's heads attend within windows (Qwen2.5-VL)
@@ -330,24 +330,37 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         extra.append(vm.OFF_NOTE)
     note = vm.windows_note(block)  # what the rows' "win" means, as the screen's block title says
     windows = [note] if note is not None and not one else []
-    title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
-    width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
-    key_at = key_layout(key, width - left - 0.1, fs) if key is not None else None
-    if key_at is not None:
-        bottom += key_at.height
-    title = fit_title(title, width, fs + 1)
-    top = title_height(title, fs + 1) + head_lab
-    pw = max((width - left - right - (ncols - 1) * gap) / ncols, 0.05)
-    ph = pw * aspect
-    row_h = ph + (head_lab if one else 0.0)
-    grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
+    whole_title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
+    norm = _norm(style, sel.log, max(top_weight, 1e-6))
+    bar_label = vm.overview_label(sel.log, sel.scale, sel.vmax)
+    tick_texts = [text for _, text in vm.scale_ticks(norm.vmin, norm.vmax, sel.log)]
+    # the colour bar's margin holds its tick labels and its label, wrapped to the bar's length: a fixed 0.9 in cut
+    # "(fixed 0–1)" off a single-column figure at --font-size 11 (the bar's length depends on the margin: twice
+    # more at most, each pass with the margin the last one needed)
+    for _ in range(3):
+        width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
+        key_at = key_layout(key, width - left - 0.1, fs) if key is not None else None
+        # (the bar's bottom tick label, centred on its end, reaches half a line below it)
+        bottom = max(0.08, 0.6 * fs * PT) + (key_at.height if key_at is not None else 0.0)
+        title = fit_title(whole_title, width, fs + 1)
+        top = title_height(title, fs + 1) + head_lab
+        pw = max((width - left - right - (ncols - 1) * gap) / ncols, 0.05)
+        ph = pw * aspect
+        row_h = ph + (head_lab if one else 0.0)
+        grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
+        lines = wrap_label(bar_label, max(grid_h, 0.9), fs).count("\n") + 1
+        # the bar's gap and width, the ticks' length and pad and the label's pad (2 + 3.5 + 4 pt), the tick
+        # labels, the label's lines (matplotlib's 1.2 line pitch) and a little to spare
+        need = 0.1 + 0.07 + 9.5 * PT + text_width_in(tick_texts, fs) + (1.2 * lines + 0.1) * fs * PT + 0.05
+        if need <= right:
+            break
+        right = need
     height = top + bottom + max(grid_h, 0.9)
     # a head's label on every k-th column where they would touch ("H10H11" read as one at a column's width with
     # 12 heads): the widest label and 2 pt of space within the column pitch
     widest = max(text_width_pt(f"H{h}", fs) for h in range(H))
     every = max(1, math.ceil((widest + 2.0) / ((pw + gap) * 72)))
     fig = new_figure(spec, width, height, constrained=False)
-    norm = _norm(style, sel.log, max(top_weight, 1e-6))
     cmap = _cmap(style, "overview")
     im = None
     for (r, c), li, h in cells:
@@ -380,7 +393,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         draw_key(fig, key, key_at, left, 0.08, ncols * (pw + gap) - gap, fs)
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
-    _colorbar(fig, im, sel.log, fs, vm.overview_label(sel.log, sel.scale, sel.vmax), cb_h, cax=cax)
+    _colorbar(fig, im, sel.log, fs, bar_label, cb_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -572,19 +585,22 @@ def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
         bar_h = rows * img_h + (rows - 1) * (cap_in + gap)
         # (narrower pictures make a shorter bar: more lines, never fewer, so this settles within the label's words)
         label_lines = max(fitted, wrap_label(ov.scale.label, bar_h, fs).count("\n") + 1)
-    height = title_in + rows * (cap_in + img_h) + (rows - 1) * gap + 2 * pad
+    # the bar's lowest tick label is centred on its bottom end: past the default 7 pt its lower half ran off the page
+    # (the "0" cut at --font-size 11); the margin below grows with the font
+    low = pad + max(fs - 7.0, 0.0) * 1.3 * PT
+    height = title_in + rows * (cap_in + img_h) + (rows - 1) * gap + pad + low
     fig = new_figure(spec, width, height, constrained=False)
     cmap = _cmap(style, "image")
     for k, (drawn, panel) in enumerate(ho.pictures):  # one colour scale: which head, which picture, looks shows
         r, c = divmod(k, per_row)
         x0 = pad + c * (img_w + gap)
-        y0 = pad + (rows - 1 - r) * (img_h + cap_in + gap)
+        y0 = low + (rows - 1 - r) * (img_h + cap_in + gap)
         ax = fig.add_axes((x0 / width, y0 / height, img_w / width, img_h / height))
         sm = _overlay(ax, image, drawn, cmap, panel)
         if ho.captions:
             ax.set_title(ho.captions[k], fontsize=fs, pad=fs * 0.4)
     x_bar = pad + per_row * img_w + (per_row - 1) * gap + cbar_gap
-    cax = fig.add_axes((x_bar / width, pad / height, cbar_w / width, bar_h / height))
+    cax = fig.add_axes((x_bar / width, low / height, cbar_w / width, bar_h / height))
     # the overlay's colour scale (fixed, shared by the block's heads or stretched to the map, as on screen): the bar
     # says which in the screen's words
     _colorbar(fig, sm, ov.scale.log, fs, ov.scale.label, bar_h, cax=cax)
@@ -701,7 +717,10 @@ def _text_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, 
     word_pt = fs * 2.0
     title = fit_title(make_title(result, style, sv.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
-    cbar_in = 0.42
+    # the bar's tick labels and its label lie under it, at fs - 1 points: 0.24 in at the default 7 pt, grown with the
+    # font (a fixed 0.24 in cut the label off the page's bottom at --font-size 9 and up)
+    bar_y = 0.24 * max(fs - 1, 6) / 6
+    cbar_in = bar_y + 0.18
     body_pt = sum(n_lines * line_pt + word_pt + 4 for _, _, n_lines in layouts)
     height = title_in + body_pt / 72 + cbar_in + 0.05
     fig = new_figure(spec, width, height, constrained=False)
@@ -736,7 +755,7 @@ def _text_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, 
             fontweight="bold",
         )
         y0 += word_pt + 4
-    cax = fig.add_axes((0.25, 0.24 / height, 0.5, 0.07 / height))
+    cax = fig.add_axes((0.25, bar_y / height, 0.5, 0.07 / height))
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
     cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
     cb.outline.set_linewidth(0.5)

@@ -369,7 +369,13 @@ def run(args) -> int:
         from attnviz.runtime.folder import hub_name_hint
 
         why = missing(target)  # (a link that leads nowhere says so, and what to do, itself)
-        kinds = "; give an .onnx model, an image, an .npz file or corpus results" if why == "no such file" else ""
+        # what `open` takes as its file (an image goes in --image: the positional one is refused)
+        kinds = (
+            "; give an .onnx model or an export folder, an .npz file from 'attnviz extract', or an 'attnviz corpus' "
+            "results folder"
+            if why == "no such file"
+            else ""
+        )
         raise AttnvizError(hub_name_hint(target) or f"{target}: {why}{kinds}")
     _inputs_read(args, target)
     if args.screenshot:

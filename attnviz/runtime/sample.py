@@ -112,6 +112,7 @@ def require_input(req: AnalyzeRequest, model_path: str | Path) -> None:
         raise AttnvizError(no_input(model_path))
 
 
+SAMPLE_KEYS = ("text", "image", "audio")  # a sample's input, as no_input_<key> names its flag
 SAMPLE_SHOWN_WHOLE = 240  # characters of a sample text a refusal quotes whole (past it, its first 40 and "…")
 
 
@@ -123,15 +124,17 @@ def no_input(model_path) -> str:
 
     generic = fix("no_input")
     path = Path(str(model_path))
-    sample = sample_for_path(path) if path.is_file() else None
-    if sample is None or not (set(sample.values) & {"text", "image"}):
+    # a folder too: a Whisper export's sample is its clip (the spoken-digits demo's: the generic line named --text and
+    # --image first, which it cannot take)
+    sample = sample_for_path(path) if path.is_file() or path.is_dir() else None
+    if sample is None or not (set(sample.values) & set(SAMPLE_KEYS)):
         return generic
-    key, value = next((k, str(sample.values[k])) for k in ("text", "image") if k in sample.values)
+    key, value = next((k, str(sample.values[k])) for k in SAMPLE_KEYS if k in sample.values)
     what = sample.describe().split(",")[0]
-    what = what if what == "text" else with_article(what)  # "text", "an image", "a numeric series"
+    what = what if what == "text" else with_article(what)  # "text", "an image", "a numeric series", "an audio clip"
     import shlex
 
-    if key == "image" or len(value) <= SAMPLE_SHOWN_WHOLE:
+    if key != "text" or len(value) <= SAMPLE_SHOWN_WHOLE:
         # pasted as it is, the line's own flag runs the sample: a path cut short named no file, and a text cut at 40
         # characters with "…" (the translation demo's verse, the forecaster's 32 numbers) ran on that cut text
         shown = shlex.quote(value)

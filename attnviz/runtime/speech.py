@@ -68,6 +68,13 @@ class SpeechPrompt:
             param="generate",
         )
 
+    def most_steps(self) -> int | None:
+        """The most generation steps the decoder's positions hold after the forced prompt (None: no limit known),
+        as :meth:`check_room` counts them."""
+        if self.max_positions is None or not self.ids:
+            return None
+        return max(self.max_positions - len(self.ids) + 1, 0)
+
     @property
     def start(self) -> int:
         first = self.ids[0]
@@ -149,3 +156,14 @@ def from_configs(gen: Mapping, cfg: Mapping) -> SpeechPrompt | None:
         ids.append(no_ts)
     langs = tuple(int(v) for v in lang_to_id.values() if isinstance(v, int))
     return SpeechPrompt(tuple(ids), langs if slot is not None else (), slot, _int(cfg.get("max_target_positions")))
+
+
+def default_steps_in_room(meta: Mapping, steps: int) -> int:
+    """A default generation (one the user did not ask for: 32 steps for an encoder-decoder) cut to what a speech
+    decoder's positions hold after its forced prompt.  The speech demo's decoder holds 16 positions, so ``attnviz
+    figure models/spoken-digits --audio CLIP`` was refused ("give --generate 13 or fewer") for a number it never
+    asked for; steps the user gives are still checked, and refused, as they were."""
+    from attnviz.core import metadata as md
+
+    most = SpeechPrompt.from_meta(md.section(meta, "speech_prompt")).most_steps()
+    return steps if most is None else min(steps, most)

@@ -24,6 +24,12 @@ def test_file_kind_by_extension_and_folder(tmp_path):
     with pytest.raises(AttnvizError, match=r"^cannot open notes.txt: attnviz opens ONNX models") as e:
         rules.file_kind(tmp_path / "notes.txt")
     assert "\n" not in str(e.value)
+    (tmp_path / "f.pdf.recipe.json").write_text("{}")  # ux29: a recipe dropped on the window names its command
+    with pytest.raises(AttnvizError, match=r"^cannot open f.pdf.recipe.json: attnviz opens ONNX models") as e:
+        rules.file_kind(tmp_path / "f.pdf.recipe.json")
+    assert str(e.value).endswith(
+        f"; a figure recipe is drawn again by: attnviz figure --recipe {tmp_path / 'f.pdf.recipe.json'}"
+    )
     with pytest.raises(AttnvizError, match="no such file"):
         rules.file_kind(tmp_path / "gone.onnx")
 

@@ -122,7 +122,16 @@ def test_heads_without_a_block_are_drawn_on_the_block_the_window_opens_on(run, t
     out = tmp_path / "h.png"
     assert fig(TRANSLATION, "--text", SRC, "--text-pair", TGT, "--view", "heatmap", *heads, "--out", out) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "decoder cross-attention, the block of the model's declared alignment head" in err[0]
+    assert "decoder cross-attention, the block of the model's declared alignment head" in err[0]
+    # (several heads on the heatmap: a second note says it drew the first, ux29)
+    assert err[1:] == (
+        [
+            "attnviz: note: --head 0,1,2: the heatmap view draws one head, head 0 (several heads are "
+            "overlaid in the links view, side by side in the image view)"
+        ]
+        if heads[1] == "0,1,2"
+        else []
+    )
     v = _view(tmp_path, "h.png")
     blocks = run.blocks()
     drawn = blocks[resolve(run, FigureSpec(**v)).block]
@@ -132,3 +141,23 @@ def test_heads_without_a_block_are_drawn_on_the_block_the_window_opens_on(run, t
     argv = [TRANSLATION, "--text", SRC, "--text-pair", TGT, "--view", "heatmap", *heads, "--block", "decoder cross"]
     assert fig(*argv, "--out", named) == 0
     assert named.read_bytes() == out.read_bytes()
+
+
+@pytest.mark.parametrize("view", ["alignment", "strip"])
+def test_maps_extracted_without_generating_name_extract_again(tmp_path, capsys, view):
+    """ux29: `extract` generates only when asked (figure and the window generate 32 steps for a translator), so its
+    maps of a verse hold the start token's row alone, and `figure MAPS.npz --view alignment` said "... or generate
+    (see --generate)": a flag `figure --maps` cannot take.  The line names the maps file and the command to run
+    again; that command's maps then draw."""
+    maps, out = tmp_path / "maps.npz", tmp_path / f"{view}.pdf"
+    assert main(["extract", str(TRANSLATION), "--text", SRC, "--out", str(maps)]) == 0
+    capsys.readouterr()
+    assert fig(maps, "--view", view, "--out", out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"attnviz: error: the {view} view needs ")
+    assert err[0].endswith("; maps.npz holds no generated words: run 'attnviz extract' again with --generate N")
+    assert "(see --generate)" not in err[0] and not out.exists()
+    assert main(["extract", str(TRANSLATION), "--text", SRC, "--generate", "4", "--out", str(maps)]) == 0
+    assert fig(maps, "--view", view, "--out", out) == 0 and out.is_file()
+    assert fig(TRANSLATION, "--text", SRC, "--view", "strip", "--generate", "0", "--out", tmp_path / "m.pdf") == 2
+    assert capsys.readouterr().err.strip().endswith("(see --generate)")  # a model run: the flag is figure's own

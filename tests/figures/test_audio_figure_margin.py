@@ -39,3 +39,28 @@ def test_a_long_clips_small_weights_keep_their_axis_title_on_the_page():
         box = text.get_window_extent(renderer)
         assert box.x0 >= 0, (text.get_text(), box.x0)  # on the page
     assert curve.yaxis.label.get_text() == "weight"
+
+
+def test_a_figure_of_the_speech_demo_generates_what_its_decoder_holds(tmp_path):
+    """ux29: with no --generate, figure generates 32 steps for an encoder-decoder; the speech demo's decoder holds
+    16 positions after nothing but its 4-token forced prompt, so `attnviz figure models/spoken-digits --audio CLIP
+    --view audio` was refused ("give --generate 13 or fewer") for a number the user never gave.  The default is cut
+    to the room (the window's too); a number the user gives is still refused past it."""
+    import json
+    from pathlib import Path
+
+    from attnviz.app.rules import default_generate
+    from attnviz.cli import main
+    from attnviz.runtime import open_model
+
+    demo = Path(__file__).resolve().parents[2] / "models" / "spoken-digits"
+    config = json.loads((demo / "config.json").read_text())
+    prompt = len(json.loads((demo / "generation_config.json").read_text())["forced_decoder_ids"]) + 1
+    room = config["max_target_positions"] - prompt + 1  # the last generated token is never fed back
+    out = tmp_path / "a.pdf"
+    argv = ["figure", str(demo), "--audio", str(demo / "sample.wav"), "--view", "audio"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert json.loads((tmp_path / "a.pdf.recipe.json").read_text())["inputs"]["generate"] == room < 32
+    assert main([*argv, "--generate", str(room + 1), "--out", str(tmp_path / "b.pdf")]) == 2
+    assert default_generate(open_model(demo)) == room
+    assert default_generate(open_model(demo.parent / "translation.onnx")) == 32

@@ -100,3 +100,21 @@ def test_cli_flag_reaches_the_recipe_and_the_recipe_redraws_it(tmp_path):
     grey = tmp_path / "grey.png"
     assert main([*args, "--out", str(grey)]) == 0
     assert grey.read_bytes() != out.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("demo", "sample", "base"),
+    [("captioning", "captioning.png", "colour"), ("vit-classification", "vit-classification.png", "grey")],
+)
+def test_the_default_base_is_colour_under_a_captioners_words_and_grey_elsewhere(tmp_path, demo, sample, base):
+    """ux29: the README said "grey image (default)" for Image regions, where a captioning model's words open on the
+    colour image (they name its colours): both demos' figures without --image-base, as their recipes record it."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / f"{demo}.png"
+    argv = ["figure", str(root / "models" / f"{demo}.onnx"), "--image", str(root / "resources" / "samples" / sample)]
+    assert main([*argv, "--view", "image", "--dpi", "30", "--out", str(out)]) == 0
+    assert load_recipe(f"{out}.recipe.json")["view"]["image_base"] == base
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert "grey image (the default; colour image under a captioning model's words" in readme

@@ -84,3 +84,29 @@ def test_a_shown_result_is_still_saved(tmp_path):
     code, err = run_cli("open", model, *flags, "--screenshot", shot, env={"QT_QPA_PLATFORM": "offscreen"})
     assert code == 0, err[-2000:]
     assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and len(shot.read_bytes()) > 10_000
+
+
+def test_a_missing_file_names_what_open_takes_and_a_recipe_names_figure(tmp_path, capsys):
+    """ux29: `attnviz open gone.onnx` said "give an .onnx model, an image, an .npz file or corpus results", and an
+    image given so is then refused (the test above); `figure --help` said `open` reads a recipe .json "alike", and
+    `open R.json` was refused naming only what it opens.  The lines name what `open` takes, and the command that
+    draws a recipe."""
+    code, err = run_cli("open", "gone.onnx", "--screenshot", tmp_path / "x.png", cwd=tmp_path)
+    assert code == 2 and err.strip().splitlines() == [
+        "attnviz: error: gone.onnx: no such file; give an .onnx model or an export folder, an .npz file from "
+        "'attnviz extract', or an 'attnviz corpus' results folder"
+    ]
+    recipe = tmp_path / "fig.pdf.recipe.json"
+    recipe.write_text("{}")
+    code, err = run_cli("open", recipe, "--screenshot", tmp_path / "x.png", env={"QT_QPA_PLATFORM": "offscreen"})
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err[-2000:]
+    assert lines[0].endswith(f"; a figure recipe is drawn again by: attnviz figure --recipe {recipe}")
+    assert not (tmp_path / "x.png").exists()
+    from attnviz.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["figure", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "a .npz is taken as --maps (as attnviz open takes it), a .json as --recipe" in said
+    assert "reads them alike" not in said

@@ -103,6 +103,24 @@ def test_inspect_json_lists_sites(tmp_path, capsys):
     assert d["metadata"]["attnviz.task"] == "sequence-classification"
 
 
+def test_inspect_json_shows_the_metadata_values_the_table_cuts(capsys):
+    """ux29: the table cuts a long metadata value with "(904 chars; --json shows 200)", and --json cut it at 200
+    too: no command showed a demo's whole training config.  --json now gives each value whole (the file's bytes),
+    and the table's hint says so."""
+    import onnx
+
+    demo = Path(__file__).resolve().parents[2] / "models" / "captioning.onnx"
+    stored = {p.key: p.value for p in onnx.load(str(demo), load_external_data=False).metadata_props}
+    assert len(stored["attnviz.config"]) > 200
+    assert main(["inspect", str(demo), "--json", "--no-probe"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["metadata"] == stored
+    assert json.loads(d["metadata"]["attnviz.config"])["task"] == "captioning"  # whole: it parses
+    assert main(["inspect", str(demo), "--no-probe"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("attnviz.config"))
+    assert line.endswith(f"… ({len(stored['attnviz.config'])} chars; --json shows it whole)")
+
+
 def test_generation_progress_and_cancel(tmp_path):
     from attnviz.runtime.model import Cancelled
 
@@ -206,6 +224,8 @@ def test_generate_on_an_image_classifier_names_its_kind_with_the_right_article(t
         ("forecasting.onnx", "takes a numeric series; give --text (its sample: --text '0.391 "),
         ("vit-classification.onnx", "takes an image; give --image (its sample: --image "),
         ("translation.onnx", "takes text; give --text (its sample: --text "),
+        # a Whisper folder's sample is its clip (ux29: the generic line offered --text and --image first)
+        ("spoken-digits", "takes an audio clip; give --audio (its sample: --audio "),
     ],
 )
 def test_extract_without_input_says_what_this_model_takes(tmp_path, capsys, name, says):
@@ -227,8 +247,9 @@ def test_extract_without_input_says_what_this_model_takes(tmp_path, capsys, name
     # shown whole, pasted as it is: the line's own flag runs the sample (a path, the translation demo's verse, the
     # forecaster's 32 numbers; text was cut at 40 characters with "…", which then ran as part of the input: audit25)
     shown = shlex.split(err[0].split("(its sample: ", 1)[1].split(") or --inputs")[0])
-    if name.startswith("vit"):
-        assert shown[0] == "--image" and Path(shown[1]).is_file()
+    if not name.endswith(("forecasting.onnx", "translation.onnx")):
+        assert shown[0] == {"vit-classification.onnx": "--image", "spoken-digits": "--audio"}[name]
+        assert Path(shown[1]).is_file()
     else:
         assert shown == ["--text", str(value)]
     assert not (tmp_path / "x.npz").exists()
@@ -265,3 +286,47 @@ def test_a_command_imports_only_what_it_uses(tmp_path, argv, allowed):
     assert p.returncode == 0, p.stderr
     loaded = set(eval(p.stdout.strip().splitlines()[-1]))
     assert loaded <= allowed, f"attnviz {argv[0]} imported {sorted(loaded - allowed)}"
+
+
+def test_align_audio_counts_one_head_in_the_singular(tmp_path, capsys):
+    """ux29: the speech demo declares one alignment head, and align-audio said "5 words from 1 heads"."""
+    import json as _json
+
+    demo = Path(__file__).resolve().parents[2] / "models" / "spoken-digits"
+    heads = _json.loads((demo / "generation_config.json").read_text())["alignment_heads"]
+    out = tmp_path / "words.tsv"
+    assert main(["align-audio", str(demo), "--audio", str(demo / "sample.wav"), "--out", str(out)]) == 0
+    words = len(out.read_text().splitlines()) - 1  # the header row, then a word a row
+    assert len(heads) == 1 and words > 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"wrote {out}: {words} words from 1 head (generation_config.json alignment_heads)"
+    ]
+
+
+def test_one_map_and_one_site_are_counted_in_the_singular(tmp_path, capsys):
+    """ux29: a one-layer model (train's tiny preset) read "wrote m.npz: 1 maps", and compare "of 1 sites"."""
+    path = tiny_text_model(tmp_path / "one.onnx", layers=1)
+    out = tmp_path / "m.npz"
+    assert main(["extract", str(path), "--text", "the cat", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {out}: 1 map (")
+    assert main(["compare", str(path), str(path), "--text", "the cat", "--out", str(tmp_path / "cmp")]) == 0
+    assert capsys.readouterr().out.startswith(f"compared 2 heads of 1 site -> {tmp_path / 'cmp' / 'heads.parquet'}")
+
+
+def test_corpus_help_says_it_takes_a_folder(tmp_path, capsys):
+    """ux29: `corpus --help` said MODEL is an "ONNX model file", though the README runs it on a Whisper folder
+    (--audio-dir) and a Hub repository (--images); the speech demo's folder runs, as the help now says."""
+    with pytest.raises(SystemExit):
+        main(["corpus", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert (
+        "MODEL ONNX model file, or an export folder (optimum's encoder + decoder files; a Whisper folder with" in said
+    )
+    demo = Path(__file__).resolve().parents[2] / "models" / "spoken-digits"
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    shutil.copy(demo / "sample.wav", clips / "a.wav")
+    out = tmp_path / "res"
+    argv = ["corpus", str(demo), "--audio-dir", str(clips), "--workers", "1", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    assert (out / "heads.parquet").is_file()

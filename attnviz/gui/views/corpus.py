@@ -147,6 +147,9 @@ class CorpusView(QWidget):
             )
         self.info.setText(_cut(self.info.text(), 600))  # run.json's strings are a stranger's too
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # the line wraps: on one line a gold run's summary (its best head and AER) set the window's minimum width,
+        # 1,289 px, so `attnviz open RESULTS --size 1000x650` drew a window wider than asked (and than a small screen)
+        self.info.setWordWrap(True)
         # with gold alignments (attnviz corpus --gold-column) the heads also carry AER, precision and recall
         # (next to the role: "which heads align?" is what a researcher opens such results for)
         # (the results reader gives every corpus these columns, NaN without gold: show them only where a head scored)

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
-from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QStyle,
+    QVBoxLayout,
+    QWidget,
+)
 
 from attnviz.core import view as vm
 from attnviz.core.view_names import tab_title
@@ -209,6 +221,47 @@ class LinksCanvas(QWidget):
         p.end()
 
 
+class HeadsRow(QScrollArea):
+    """The head boxes' row: it scrolls sideways where they are wider than the view, and is as tall as the row, plus
+    the sideways bar only while that shows (never cut at the bottom, no blank band under a row that fits)."""
+
+    def __init__(self, bar: QHBoxLayout, parent=None):
+        super().__init__(parent)
+        self.bar = bar
+        boxes = QWidget()
+        boxes.setLayout(bar)
+        self.setWidgetResizable(True)
+        self.setWidget(boxes)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.viewport().setAutoFillBackground(False)  # the view's own background behind the boxes, as before
+        boxes.setAutoFillBackground(False)
+        self.boxes: Sequence[QWidget] = []
+        # a box's height from the start: the view is laid out before its first draw makes the boxes, and a row that
+        # came in at a scroll area's default height shrank under the canvas after (moving its tokens while hovered)
+        self.setFixedHeight(QCheckBox("0").sizeHint().height())
+
+    def fit(self, boxes: Sequence[QWidget]) -> None:
+        self.boxes = boxes
+        self._fit_height()
+
+    def row_width(self) -> int:
+        """The boxes' width in one row, from their own size hints: in a shown window new boxes are not laid out
+        until the event loop runs, so the layout's hint would still count its margins alone."""
+        spacing = max(self.bar.spacing(), 0)
+        return sum(b.sizeHint().width() for b in self.boxes) + spacing * max(len(self.boxes) - 1, 0)
+
+    def _fit_height(self) -> None:
+        row = max((b.sizeHint().height() for b in self.boxes), default=0)
+        over = self.row_width() > self.viewport().width()
+        bar_px = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self) if over else 0
+        self.setFixedHeight(row + bar_px)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit_height()
+
+
 class TokenLinksView(View):
     title = tab_title("links")
     scale_note = "Token links shade each link by its share of what its links-against box names"
@@ -223,7 +276,12 @@ class TokenLinksView(View):
     def build(self) -> None:
         self.canvas = LinksCanvas()
         self.heads_bar = QHBoxLayout()
+        self.heads_bar.setContentsMargins(0, 0, 0, 0)
         self.head_boxes: list[QCheckBox] = []
+        # the head boxes have a row of their own, which scrolls sideways: beside the links-against and find boxes a
+        # 12-head model's boxes (BERT-base) set the tab's minimum width to 859 px, so `open --size 1000x650` drew
+        # 1279 px and the Model sidebar, squeezed to 70 px, showed no values (a 32-head model's would not fit a screen)
+        self.heads_scroll = HeadsRow(self.heads_bar)
         self.info = info_label()
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
@@ -240,16 +298,18 @@ class TokenLinksView(View):
             "File ▸ Export view draws the same"
         )
         self.cut_box.currentIndexChanged.connect(lambda _i: self.session.select(link_cut=self.cut_box.currentData()))
+        heads = QHBoxLayout()
+        heads.addWidget(QLabel("heads:"))
+        heads.addWidget(self.heads_scroll, 1)
         top = QHBoxLayout()
-        top.addWidget(QLabel("heads:"))
-        top.addLayout(self.heads_bar)
-        top.addStretch(1)
         top.addWidget(QLabel("links against:"))
         top.addWidget(self.cut_box)
+        top.addStretch(1)
         top.addWidget(QLabel("find:"))
         top.addWidget(self.find_box)
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(heads)
         lay.addLayout(top)
         lay.addWidget(self.info)
         lay.addWidget(scroll, 1)
@@ -280,9 +340,12 @@ class TokenLinksView(View):
         return self.canvas
 
     def _rebuild_heads(self, n: int) -> None:
-        for b in self.head_boxes:
-            self.heads_bar.removeWidget(b)
-            b.deleteLater()
+        while self.heads_bar.count():  # the boxes and the stretch after them
+            item = self.heads_bar.takeAt(0)
+            box = item.widget() if item is not None else None
+            if box is not None:
+                box.hide()  # deleteLater waits for the event loop; until then an old box would still paint
+                box.deleteLater()
         self.head_boxes = []
         for h in range(n):
             b = QCheckBox(f"{h}")
@@ -290,6 +353,8 @@ class TokenLinksView(View):
             b.toggled.connect(lambda on, h=h: self._toggle(h, on))
             self.heads_bar.addWidget(b)
             self.head_boxes.append(b)
+        self.heads_bar.addStretch(1)  # few boxes keep to the left, as before
+        self.heads_scroll.fit(self.head_boxes)
 
     def _toggle(self, h: int, on: bool) -> None:
         if on:

@@ -45,6 +45,7 @@ def run(args) -> int:
     from attnviz.core.io import save_npz, written_bytes
     from attnviz.core.rows import beam_rows, score_text
     from attnviz.core.text_scores import TextScores
+    from attnviz.core.words import count
     from attnviz.runtime.run_notes import say_run_notes
 
     mb = sum(written_bytes(m) for m in result.maps) / 2**20
@@ -56,7 +57,7 @@ def run(args) -> int:
     src = model.path  # optimum's MODEL/onnx/ folder: "onnx" alone says little
     name = f"{src.parent.name}/{src.name}" if src.is_dir() and src.name == "onnx" else src.name
     print(
-        f"wrote {out}: {len(result.maps)} maps ({mb:.1f} MB) from {name} on {dev}"
+        f"wrote {out}: {count(len(result.maps), 'map')} ({mb:.1f} MB) from {name} on {dev}"
         f"{' (' + note + ')' if note else ''}; {timing}"
     )
     beams = beam_rows(result)

@@ -22,7 +22,7 @@ def clean(value, limit: int | None = None) -> str:
     """One printable line: control characters (newlines, terminal escapes) shown as escapes, long text cut."""
     s = _CONTROL.sub(lambda m: {"\n": "\\n", "\t": "\\t"}.get(m.group(), f"\\x{ord(m.group()):02x}"), str(value))
     if limit is not None and len(s) > limit:
-        s = s[:limit] + f"… ({len(str(value))} chars; --json shows 200)"
+        s = s[:limit] + f"… ({len(str(value))} chars; --json shows it whole)"
     return s
 
 
@@ -32,7 +32,7 @@ def add_arguments(p):
     p.add_argument(
         "model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)"
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables (metadata values whole, not cut)")
     add_variant_argument(p)
     p.add_argument(
         "--no-probe", action="store_true", help="skip the short dummy run that confirms labels and head counts"
@@ -69,6 +69,9 @@ def run(args) -> int:
     if load_error:
         d["load_error"] = load_error
     if args.json:
+        # the values whole: the table's hint sends a reader here for them (a training config, a vocabulary), and
+        # describe() cut them at 200 characters, so no command showed a demo's attnviz.config (904)
+        d["metadata"] = dict(m.metadata)
         print(json.dumps(d, indent=2))
         return 0 if m.sites else 1
     if load_error:  # the graph is still described; running it (extract, figure, open) will refuse the same way
