@@ -1,7 +1,8 @@
 """A Ctrl-C while the overview pools a large layer's heads on threads (core/view/overview.py's ``_pool_map``: the
 figure command's thumbnails; with kept mass a head of 8,192 tokens sorts every row, seconds) is raised at once
 when the kernel hands it to one of the pooling threads, not once the head in progress is done; the heads not
-started are not pooled for nothing, and the pool serves the next call."""
+started are not pooled for nothing, and the pool serves the next call.  Nor does the command's exit wait for the
+heads in progress: the pool's threads (not daemon threads) do not keep it from leaving at once (cli._leave_at_once)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 from other_thread_interrupt import GIVE_UP_S, signalled_from_another_thread
 
+from attnviz import cli
 from attnviz.core.view import overview
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="pthread_kill is POSIX")
@@ -61,3 +63,29 @@ def test_a_ctrl_c_received_by_a_pooling_thread_stops_the_wait_for_the_heads(stop
     again = overview._pool_map(lambda h: np.full((2, 2), h, np.float32), 8, overview.POOL_THREADS_FROM)
     assert [int(a[0, 0]) for a in again] == list(range(8))  # in order, by the same pool
     assert len(started) <= 8  # one a pool thread: the other 56+ heads, not started when it was raised, never were
+
+
+class _Left(Exception):
+    pass
+
+
+def _left(code: int) -> None:
+    raise _Left(code)
+
+
+def test_a_busy_pooling_thread_does_not_keep_the_command_from_leaving_at_once(stopped_on_sigint, monkeypatch):
+    monkeypatch.setattr(cli.atexit, "_run_exitfuncs", lambda: None)
+    monkeypatch.setattr(cli.os, "_exit", _left)
+    overview._pool_map(lambda h: np.zeros((1, 1), np.float32), 8, overview.POOL_THREADS_FROM)  # the pool made
+    release = threading.Event()
+    busy = overview._POOL[0].submit(release.wait, GIVE_UP_S)  # a head in progress
+    other = threading.Thread(target=release.wait, args=(GIVE_UP_S,), name="a-writer")  # not daemon either
+    try:
+        with pytest.raises(_Left):
+            cli._leave_at_once(130)
+        other.start()
+        assert cli._leave_at_once(130) is None  # any other thread the exit would wait for still holds it back
+        assert not busy.done()
+    finally:
+        release.set()
+    other.join(GIVE_UP_S)

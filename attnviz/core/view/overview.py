@@ -19,6 +19,7 @@ from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, PooledSource
 from attnviz.core.frames import FramesMap
 from attnviz.core.interrupts import result_of
+from attnviz.core.leaving import ends_with_process
 from attnviz.core.view.colourbar import check_scale
 from attnviz.core.view.pooling import _pool_axis, pool_to
 from attnviz.core.view.selection import (
@@ -231,6 +232,7 @@ def _pool_map(fn: Callable[[int], np.ndarray], n: int, cells: int) -> list[np.nd
         from concurrent.futures import ThreadPoolExecutor
 
         _POOL.append(ThreadPoolExecutor(min(os.cpu_count() or 1, 8), thread_name_prefix="attnviz-pool"))
+        ends_with_process("attnviz-pool_")  # (its threads: attnviz-pool_0, ...) a Ctrl-C's exit cuts a head short
     # each head waited for in slices (core.interrupts.result_of), not Executor.map's plain wait: a Ctrl-C that the
     # kernel hands to a pooling thread is raised at once, not when the head in progress is done (a head's kept
     # mass at 8,192 tokens sorts every row: seconds); the heads not started yet are cancelled (as map does)
