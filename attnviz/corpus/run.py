@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -484,7 +485,8 @@ def _probe_while_reading(
         # not left probing while the interpreter exits; a Ctrl-C of the command, which leaves through os._exit
         # (core/leaving.py), does not wait for it
         if pool is None and not (isinstance(e, KeyboardInterrupt) and leaves_at_once()):
-            result_of(job)
+            with suppress(Exception):  # (the probe's own failure is not this error's)
+                result_of(job)
         raise
     if pool is None:
         result_of(job)
