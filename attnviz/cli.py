@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.interrupts import TERMINATED_EXIT, Terminated, terminate_as_interrupt, terminated
-from attnviz.core.leaving import set_leaves_at_once
+from attnviz.core.leaving import holds_exit, set_leaves_at_once
 from attnviz.core.limits import set_memory_cap
 from attnviz.core.numbers import strict_numbers
 from attnviz.core.text_file import text_from_file
@@ -249,9 +249,7 @@ def _leave_at_once(code: int) -> None:
     every result is written and closed and every worker stopped and joined).  Where a thread that the exit would
     wait for still runs, the exit is left to the interpreter (which returns here)."""
     me = threading.current_thread()
-    if me is not threading.main_thread() or any(
-        t is not me and not t.daemon and t.is_alive() for t in threading.enumerate()
-    ):
+    if me is not threading.main_thread() or any(t is not me and holds_exit(t) for t in threading.enumerate()):
         return
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -1,6 +1,6 @@
 """A Ctrl-C held back over a short block that must finish whole: a pool recording the process it just spawned
 (corpus/quietpool.py), several output files published together (core/writes.py's :func:`atomic_paths`); and
-a wait that a Ctrl-C interrupts at once (:func:`result_of`)."""
+a wait that a Ctrl-C interrupts at once (:func:`result_of`, and :func:`in_thread` for a thread's work)."""
 
 from __future__ import annotations
 
@@ -115,3 +115,20 @@ def result_of(future: Future[T]) -> T:
             return future.result(timeout=WAKE_S)
         except TimeoutError:  # (concurrent.futures.TimeoutError is the builtin since Python 3.11)
             continue
+
+
+def in_thread(fn: Callable[[], T], name: str) -> Future[T]:
+    """``fn()`` on a daemon thread named ``name``; its end is the Future's, for :func:`result_of` (a Ctrl-C
+    meanwhile raised at once, where ``Thread.join`` slept on: see :func:`result_of` on why not a join in slices)."""
+    from concurrent.futures import Future
+
+    done: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(fn())
+        except BaseException as e:  # raised by result_of, in the waiting thread
+            done.set_exception(e)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.attention import VISION_TOWER_KEY
-from attnviz.core.interrupts import result_of
+from attnviz.core.interrupts import in_thread, result_of
 from attnviz.core.leaving import leaves_at_once
 from attnviz.core.notice import say
 from attnviz.core.stats import sink_note
@@ -473,19 +474,24 @@ def _probe_while_reading(
     # reported before anything in the corpus file, as without the overlap
     check_model(model)
     _check_generate(cfg, model.path.name, kind)
-    if pool is not None:
-        job = pool.probe()
-    else:
-        probe = threading.Thread(target=model.probe, name="attnviz-probe", daemon=True)
-        probe.start()
+    # the driver's own probe on a thread, waited for as a Future: a Ctrl-C that the kernel hands to that thread (or
+    # another) is raised at once, where a join slept on until the probe was back (a CUDA session: seconds)
+    job = pool.probe() if pool is not None else in_thread(model.probe, "attnviz-probe")
     try:
         model_hash.result()  # (hashed in its thread) here, so that an unreadable model is reported before the corpus
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
         enc = encode_items(model, items, kind, cfg.max_tokens)
-    finally:
-        if pool is None:
-            probe.join()
-    return _Tokenised(items, enc, kind, None if pool is None else _adopt_probe(model, job))
+    except BaseException as e:
+        # not left probing while the interpreter exits; a Ctrl-C of the command, which leaves through os._exit
+        # (core/leaving.py), does not wait for it
+        if pool is None and not (isinstance(e, KeyboardInterrupt) and leaves_at_once()):
+            with suppress(Exception):  # (the probe's own failure is not this error's)
+                result_of(job)
+        raise
+    if pool is None:
+        result_of(job)
+        return _Tokenised(items, enc, kind, None)
+    return _Tokenised(items, enc, kind, _adopt_probe(model, job))
 
 
 def _adopt_probe(model, job) -> str | None:

@@ -18,6 +18,8 @@ import numpy as np
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, PooledSource
 from attnviz.core.frames import FramesMap
+from attnviz.core.interrupts import result_of
+from attnviz.core.leaving import ends_with_process
 from attnviz.core.view.clip import clip_cut
 from attnviz.core.view.colourbar import check_scale
 from attnviz.core.view.pooling import _pool_axis, pool_to
@@ -234,7 +236,16 @@ def _pool_map(fn: Callable[[int], np.ndarray], n: int, cells: int) -> list[np.nd
         from concurrent.futures import ThreadPoolExecutor
 
         _POOL.append(ThreadPoolExecutor(min(os.cpu_count() or 1, 8), thread_name_prefix="attnviz-pool"))
-    return list(_POOL[0].map(fn, range(n)))
+        ends_with_process("attnviz-pool_")  # (its threads: attnviz-pool_0, ...) a Ctrl-C's exit cuts a head short
+    # each head waited for in slices (core.interrupts.result_of), not Executor.map's plain wait: a Ctrl-C that the
+    # kernel hands to a pooling thread is raised at once, not when the head in progress is done (a head's kept
+    # mass at 8,192 tokens sorts every row: seconds); the heads not started yet are cancelled (as map does)
+    heads = [_POOL[0].submit(fn, i) for i in range(n)]
+    try:
+        return [result_of(h) for h in heads]
+    finally:
+        for h in heads:
+            h.cancel()
 
 
 def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[np.ndarray]:
