@@ -10,7 +10,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from types import CodeType
 
 GIVE_UP_S = 20.0  # when the helper ends the wait itself: a wait that ignored the signal returns only then
@@ -54,3 +55,21 @@ def signalled_from_another_thread(
 
     t = threading.Thread(target=helper, daemon=True)
     return t, caught
+
+
+class Stopped(Exception):
+    """What SIGINT raises in the main thread under :func:`sigint_raises_stopped` (not a KeyboardInterrupt, which
+    would stop pytest itself)."""
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped()
+
+
+@contextmanager
+def sigint_raises_stopped() -> Iterator[None]:
+    previous = signal.signal(signal.SIGINT, _raise_stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

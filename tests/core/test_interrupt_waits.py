@@ -6,33 +6,21 @@ until the future is done (the helper completes it after ``GIVE_UP_S``, so a regr
 
 from __future__ import annotations
 
-import signal
 import sys
 from concurrent.futures import Future
 
 import pytest
-from other_thread_interrupt import GIVE_UP_S, signalled_from_another_thread
+from other_thread_interrupt import GIVE_UP_S, Stopped, sigint_raises_stopped, signalled_from_another_thread
 
 from attnviz.core.interrupts import result_of
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="pthread_kill is POSIX")
 
 
-class _Stopped(Exception):
-    pass
-
-
-def _raise_stopped(signum, frame):
-    raise _Stopped()
-
-
 @pytest.fixture
 def stopped_on_sigint():
-    previous = signal.signal(signal.SIGINT, _raise_stopped)
-    try:
+    with sigint_raises_stopped():
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def test_result_of_raises_a_ctrl_c_received_by_another_thread_before_the_future_is_done(stopped_on_sigint):
@@ -40,7 +28,7 @@ def test_result_of_raises_a_ctrl_c_received_by_another_thread_before_the_future_
     helper, caught = signalled_from_another_thread(lambda: future.done() or future.set_result(1))
     helper.start()
     try:
-        with pytest.raises(_Stopped):
+        with pytest.raises(Stopped):
             result_of(future)
         assert not future.done()  # raised while the wait was still on, not after it
     finally:

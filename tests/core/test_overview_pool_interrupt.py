@@ -7,13 +7,12 @@ heads in progress: the pool's threads (not daemon threads) do not keep it from l
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 
 import numpy as np
 import pytest
-from other_thread_interrupt import GIVE_UP_S, signalled_from_another_thread
+from other_thread_interrupt import GIVE_UP_S, Stopped, sigint_raises_stopped, signalled_from_another_thread
 
 from attnviz import cli
 from attnviz.core.view import overview
@@ -21,22 +20,11 @@ from attnviz.core.view import overview
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="pthread_kill is POSIX")
 
 
-class _Stopped(Exception):
-    pass
-
-
-def _raise_stopped(signum, frame):
-    raise _Stopped()
-
-
 @pytest.fixture
 def stopped_on_sigint(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 4)  # threads even on a one-core runner
-    previous = signal.signal(signal.SIGINT, _raise_stopped)
-    try:
+    with sigint_raises_stopped():
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_ctrl_c_received_by_a_pooling_thread_stops_the_wait_for_the_heads(stopped_on_sigint):
@@ -53,7 +41,7 @@ def test_a_ctrl_c_received_by_a_pooling_thread_stops_the_wait_for_the_heads(stop
     helper, caught = signalled_from_another_thread(release.set)
     helper.start()
     try:
-        with pytest.raises(_Stopped):
+        with pytest.raises(Stopped):
             overview._pool_map(head, 64, overview.POOL_THREADS_FROM)
         assert not finished  # raised while the first heads were still being pooled
     finally:
