@@ -15,8 +15,9 @@ from attnviz.core.attention import SPEECH_PROMPT_KEY, AttentionResult, Block
 from attnviz.core.audio_view import audio_words
 from attnviz.core.frames import FramesMap
 from attnviz.core.stats import CONTEXT_STATS, block_head_stats, key_frame_seconds, stats_in_seconds
+from attnviz.core.view.clip import ClipCut, clip_cut
 from attnviz.core.view.patches import block_grid
-from attnviz.core.view.selection import check_not_empty
+from attnviz.core.view.selection import Selection, check_not_empty
 from attnviz.core.view.steps import step_rows
 
 
@@ -36,7 +37,16 @@ def stats_context(result: AttentionResult, blk: Block | None) -> str:
     return "patches" if image else "text"
 
 
-def stats_caption(result: AttentionResult, blk: Block) -> str:
+def stats_caption(result: AttentionResult, blk: Block, padding: bool = False) -> str:
+    """What the table's rows are of (:func:`rows_caption`), and where a speech clip's frames are cut
+    (:func:`stats_clip`), the cut: "decoder cross-attention, over the clip: frames 0–115 of 200 (padding cut), each
+    row rescaled over them"."""
+    caption = rows_caption(result, blk)
+    cut = stats_clip(result, blk, padding)
+    return caption if cut is None else f"{caption}, over {cut.note}, each row rescaled over them"
+
+
+def rows_caption(result: AttentionResult, blk: Block) -> str:
     """What the table's rows are of, for its caption: the block's name, and where the result's rows are a dual
     encoder's scored pairs (CLIP, SigLIP: :func:`~attnviz.core.rows.scored_rows`), which row's input the block
     read.  Each tower reads one half of the row's pair, so the caption names that half and the row it is shown
@@ -65,11 +75,22 @@ def stats_caption(result: AttentionResult, blk: Block) -> str:
     return f"{blk.name} of {row}"
 
 
-def compute_stats(result: AttentionResult, blk: Block, step: int) -> list[dict]:
+def stats_clip(result: AttentionResult, blk: Block, padding: bool = False) -> ClipCut | None:
+    """The cut of ``blk``'s frame axes to a speech clip's frames that the statistics follow, as the maps do
+    (core.view.clip: the Head map, Alignment, the strip, Overview), or None: not a speech model's frames, or
+    ``padding`` (the "show padding after the clip" box, ``--padding``: the whole window)."""
+    return clip_cut(result, blk, Selection(padding=padding))
+
+
+def compute_stats(result: AttentionResult, blk: Block, step: int, padding: bool = False) -> list[dict]:
     """One row per (layer, head) of ``blk`` at generation ``step`` (worker-safe: numpy only), with the statistics
-    of :func:`stats_context`'s context (:data:`~attnviz.core.stats.CONTEXT_STATS`)."""
+    of :func:`stats_context`'s context (:data:`~attnviz.core.stats.CONTEXT_STATS`).  A speech clip's frames
+    (:func:`stats_clip`): of the clip alone, each row rescaled over its frames, unless ``padding``: the whole
+    window, 84 frames of silence the user never recorded included (the demo's 2.3 s in a 4-s window)."""
     check_not_empty(blk)  # 0 heads would give an empty table with no word why
     n = step_rows(result, blk, step)
+    cut = stats_clip(result, blk, padding)
+    clip = (None, None) if cut is None else (cut.rows, cut.keys)
     # a speech encoder's frames: the distance in seconds (the "audio" context's column), not ~500 frames
     seconds = key_frame_seconds(blk) if blk.kind == "self" else None
     extra = CONTEXT_STATS.get(stats_context(result, blk), {})
@@ -78,10 +99,11 @@ def compute_stats(result: AttentionResult, blk: Block, step: int) -> list[dict]:
     for layer in range(blk.n_layers):
         for h in range(blk.heads_in(layer)):  # a head at a time (a tower's frames: frame by frame, never laid out)
             row: dict[str, float] = {"layer": layer, "head": h}
-            row.update(block_head_stats(blk, layer, h, n))
+            row.update(block_head_stats(blk, layer, h, n, clip))
             if extra:
                 m = blk.head(layer, h)
                 m = m[:n] if n is not None else m
+                m = m[: clip[0], : clip[1]]  # the clip's frames, as above (a None slices the axis whole)
                 m = m[words[words < len(m)]] if words is not None else m
                 row.update({k: f(m) for k, f in extra.items()})
             out.append(row if seconds is None else stats_in_seconds(row, seconds))

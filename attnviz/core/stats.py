@@ -274,9 +274,14 @@ def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | No
     return out
 
 
-def block_head_stats(block: Block, layer: int, h: int, n: int | None = None) -> dict[str, float]:
+def block_head_stats(
+    block: Block, layer: int, h: int, n: int | None = None, clip: tuple[int | None, int | None] = (None, None)
+) -> dict[str, float]:
     """:func:`head_stats` of head ``h`` of ``layer`` (the first ``n`` rows: a generation step), its special keys the
-    block's; a tower's frames frame by frame (:func:`frames_head_stats`), never laid out whole."""
+    block's; a tower's frames frame by frame (:func:`frames_head_stats`), never laid out whole.  ``clip``: the
+    query rows and keys a speech clip's frames keep (core.view.clip.ClipCut; None: the axis whole): the statistics
+    are then of the clip's frames alone, each row rescaled over the clip's keys, but "row sum" stays the row's
+    whole sum (the weight on the padding is no attention sink's)."""
     special = np.asarray(block.key_axis.special, bool)
     src = block.result.maps[block.sites[layer]]
     if isinstance(src, FramesMap) and n is None:
@@ -284,7 +289,13 @@ def block_head_stats(block: Block, layer: int, h: int, n: int | None = None) -> 
     a = block.head(layer, h)
     if n is not None:
         a = a[:n, :n] if block.kind == "self" else a[:n]
-    return head_stats(a, special[: a.shape[-1]] if len(special) >= a.shape[-1] else None)
+    rows, keys = clip
+    if rows is None and keys is None:
+        return head_stats(a, special[: a.shape[-1]] if len(special) >= a.shape[-1] else None)
+    whole = a[:rows]
+    a = whole[:, :keys]
+    out = head_stats(a, special[: a.shape[-1]] if len(special) >= a.shape[-1] else None)
+    return {**out, "row_sum": mean_row_sum(np.asarray(whole, np.float64).sum(-1))}
 
 
 def block_stats(block: Block) -> list[dict[str, float]]:

@@ -36,9 +36,16 @@ class ViewFlag:
     flag: str  # as typed (a --no-X form is the same flag)
     dest: str  # its argparse dest in `figure` and `open` (and FigureSpec's field)
     views: tuple[str, ...]  # the views (core.view_names keys) whose drawing it changes
+    # the window's tabs no figure draws that read it too (the Head stats table): `open`'s note names them
+    tabs: tuple[str, ...] = ()
+
+    @property
+    def window_views(self) -> tuple[str, ...]:
+        """The views and tabs that read it in the window."""
+        return self.views + self.tabs
 
     def __post_init__(self):
-        unknown = [v for v in self.views if v not in BY_KEY]
+        unknown = [v for v in self.window_views if v not in BY_KEY]
         if unknown:
             raise ValueError(f"{self.flag}: unknown views {unknown}")
 
@@ -66,8 +73,8 @@ VIEW_FLAGS = (
     ViewFlag("--key-span", "key_span", ("heatmap", "alignment")),
     ViewFlag("--link-cut", "link_cut", ("links",)),
     # a speech clip's maps: their frame axes end with the clip unless asked for the window's padding too (Audio
-    # regions draw the clip alone, whatever it says)
-    ViewFlag("--padding", "padding", TOKEN_ROWS),
+    # regions draw the clip alone, whatever it says); Head stats are of the frames the maps show
+    ViewFlag("--padding", "padding", TOKEN_ROWS, tabs=("stats",)),
 )
 BY_DEST = {f.dest: f for f in VIEW_FLAGS}
 
@@ -89,10 +96,11 @@ def views_reading(dest: str) -> tuple[str, ...]:
     return BY_DEST[dest].views
 
 
-def unread(view: str, given: Iterable[str]) -> list[ViewFlag]:
-    """The view flags among ``given`` (dests) that ``view`` does not read, in the table's order."""
+def unread(view: str, given: Iterable[str], window: bool = False) -> list[ViewFlag]:
+    """The view flags among ``given`` (dests) that ``view`` does not read, in the table's order (``window``: its
+    tabs', :attr:`ViewFlag.tabs` too)."""
     asked = set(given)
-    return [f for f in VIEW_FLAGS if f.dest in asked and view not in f.views]
+    return [f for f in VIEW_FLAGS if f.dest in asked and view not in (f.window_views if window else f.views)]
 
 
 def _readers(flags: list[ViewFlag], window: bool) -> str:
@@ -100,7 +108,7 @@ def _readers(flags: list[ViewFlag], window: bool) -> str:
     groups: dict[tuple[str, ...], list[str]] = {}
     for f in flags:
         if window:
-            where = tuple(str(BY_KEY[v].tab) for v in f.views if BY_KEY[v].tab)
+            where = tuple(str(BY_KEY[v].tab) for v in f.window_views if BY_KEY[v].tab)
         else:
             where = tuple(v for v in f.views if v in FIGURE_VIEWS)
         groups.setdefault(where, []).append(f.flag)
@@ -110,7 +118,7 @@ def _readers(flags: list[ViewFlag], window: bool) -> str:
 def unread_note(view: str, given: Iterable[str], *, window: bool = False) -> str | None:
     """The one note line for the view flags ``view`` does not read (None: it reads every one given).  ``window``:
     ``open``'s words (the flags are set, and the tabs that read them show them)."""
-    flags = unread(view, given)
+    flags = unread(view, given, window)
     if not flags:
         return None
     names = ", ".join(f.flag for f in flags)

@@ -201,9 +201,21 @@ def staging_folder(target: str | os.PathLike, flag: str = "--out") -> Path:
         raise AttnvizError(f"cannot write in {parent}: {e.strerror or e}; choose a writable {flag}") from None
 
 
-def publish_folder(staging: str | os.PathLike, target: str | os.PathLike) -> Path:
-    """Move a fully written ``staging`` folder to ``target`` (absent or empty) in one rename, on the same filesystem."""
+def publish_folder(staging: str | os.PathLike, target: str | os.PathLike, replace: bool = False) -> Path:
+    """Move a fully written ``staging`` folder to ``target`` (absent or empty) in one rename, on the same filesystem.
+    ``replace``: a non-empty ``target`` (an earlier output the caller checked is its own, ``--overwrite``) is moved
+    aside first and deleted once the new folder is in its place, so a failure before then leaves the old one."""
     target = Path(target)
+    if target.exists() and replace and any(target.iterdir()):
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.resolve().parent))
+        os.replace(target, old / target.name)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            os.replace(old / target.name, target)  # the earlier output back where it was
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        return target
     if target.exists():
         target.rmdir()  # refuses a non-empty folder: callers check before they stage
     os.replace(staging, target)

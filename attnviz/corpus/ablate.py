@@ -1,4 +1,4 @@
-"""attnviz ablate MODEL (--text T | --image P | --inputs FEEDS.npz) (--heads SPEC | --all-heads) --out DIR:
+"""attnviz ablate MODEL (--text T | --image P | --audio CLIP | --inputs FEEDS.npz) (--heads SPEC | --all-heads) --out DIR:
 which heads matter for this input?
 
 A gate on each chosen head (:mod:`attnviz.runtime.graph.ablate`: on its probabilities before the P·V product, or
@@ -43,6 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders"
     )
     src.add_argument("--image", metavar="PATH", help="image file for vision models")
+    src.add_argument(
+        "--audio",
+        metavar="FILE",
+        help="sound file (WAV, FLAC, OGG) for a speech model in one ONNX file (wav2vec2, a Whisper export's "
+        "encoder_model.onnx)",
+    )
+    src.add_argument("--max-seconds", type=float, metavar="S", help="keep only the first S seconds of the --audio clip")
     src.add_argument(
         "--texts",
         metavar="FILE",
@@ -134,7 +141,8 @@ def _open(args):
     from attnviz.runtime.ablation import known_heads
     from attnviz.runtime.sample import no_input
 
-    if args.inputs is None and args.text is None and args.image is None:
+    missing = args.inputs is None and args.text is None and args.image is None and args.audio is None
+    if missing and not Path(args.model).is_dir():  # (a folder: its own refusal first, below, whatever the input)
         raise AttnvizError(no_input(args.model))
     if args.heads is None and not args.all_heads:
         raise AttnvizError("say which heads: --heads 'encoder self 0:1,...' (switched off together) or --all-heads")
@@ -142,9 +150,9 @@ def _open(args):
         raise AttnvizError("give --heads or --all-heads, not both")
     model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
     if not isinstance(model, AttentionModel):
-        raise AttnvizError(
-            f"{args.model}: ablate runs one ONNX file, and this is an export folder of several; give one of its files"
-        )
+        raise AttnvizError(_folder_refusal(args, model))
+    if missing:
+        raise AttnvizError(no_input(args.model))
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
     if args.inputs is None and model.pair_with_encoder() is not None:
@@ -154,6 +162,25 @@ def _open(args):
         )
     known_heads(model)  # --heads names heads by index: their counts first
     return model
+
+
+def _folder_refusal(args, model) -> str:
+    """The line for an export folder of several files.  A speech model's (the Whisper demo): ablate gates one
+    file's heads, so its encoder file on the clip is what ablate can do (its decoder's cross-attention reads the
+    encoder's states, which only --inputs can give it)."""
+    said = f"{args.model}: ablate runs one ONNX file, and this is an export folder of several"
+    encoder = getattr(model, "encoder", None)
+    if not getattr(model, "audio", False) or encoder is None:
+        return f"{said}; give one of its files"
+    from attnviz.runtime.sample import sample_for_path
+
+    sample = sample_for_path(Path(args.model))  # the folder's own clip (the demo's sample.wav), if it names one
+    clip = args.audio or (sample.values.get("audio") if sample is not None else None) or "CLIP.wav"
+    return (
+        f"{said} (a speech model: its encoder and its decoder); switch the encoder's heads off on the clip with "
+        f"'attnviz ablate {encoder.path} --audio {clip} --all-heads --out DIR' (the decoder's file takes --inputs "
+        "FEEDS.npz holding the encoder's states)"
+    )
 
 
 CORPUS_ONLY = ("label_column", "max_items", "workers", "threads", "ray_address")
@@ -179,7 +206,12 @@ def run_corpus(args) -> int:
     from attnviz.corpus.ablate_corpus import AblateCorpusConfig, run_ablation
     from attnviz.corpus.config import engine_flags
 
-    given = [f for f, v in (("--text", args.text), ("--inputs", args.inputs), ("--image", args.image)) if v]
+    given = [
+        f
+        for f, v in (("--text", args.text), ("--inputs", args.inputs), ("--image", args.image), ("--audio", args.audio))
+        if v
+    ]
+    given += ["--max-seconds"] if args.max_seconds is not None else []
     given += ["--text-pair"] if args.text_pair else []
     given += ["--generate"] if args.generate else []
     given += [f for f, v in (("--image-size", args.image_size), ("--image-mean", args.image_mean)) if v]
@@ -249,6 +281,7 @@ def run_one(args) -> int:
         "the model": args.model,
         "the --inputs file": args.inputs,
         "the --image file": args.image,
+        "the --audio file": args.audio,
         "the --tokenizer file": args.tokenizer,
     }
     if out.exists() and not out.is_dir():
@@ -304,7 +337,7 @@ def run_one(args) -> int:
         }
     run_info = {
         "model": {"path": str(args.model), "sha256": sha256_model(args.model)},
-        "input": given_input(args, ("text", "text_pair", "image", "inputs", "generate")),
+        "input": given_input(args, ("text", "text_pair", "image", "audio", "max_seconds", "inputs", "generate")),
         "mode": args.ablation,
         "output": ab.output,
         "base_generated": words(ab.base_generated) if args.generate else None,

@@ -30,6 +30,38 @@ def _time_axes(ax, view: av.AudioView, fs: float, bottom: bool) -> None:
         side.set_linewidth(0.5)
 
 
+# the word labels on the waveform: a line's height at their size (ems), the room between two on one line (ems), and
+# the lines the waveform panel holds at most (a label past them goes on the line where it overlaps least)
+WORD_LINE_EM = 1.2
+WORD_GAP_EM = 0.4
+
+
+def word_rows(
+    starts: list[float], widths: list[float], duration: float, gap: float, lines: int
+) -> list[tuple[float, int]]:
+    """Where each word label goes on the waveform, ``(x, line)`` (line 0 at the top): at its word's start, on the
+    first line where it clears the labels already there by ``gap`` (seconds, as ``widths``), moved left to end
+    within the clip.  Near words ("one" at 1.60 s, "two" at 1.82 s) ran together on one line ("onetwo")."""
+    ends = [-np.inf] * max(1, lines)
+    out = []
+    for start, w in zip(starts, widths):
+        x = max(0.0, min(start, duration - w))
+        free = [i for i, end in enumerate(ends) if x >= end + gap]
+        line = free[0] if free else int(np.argmin(ends))
+        ends[line] = x + w
+        out.append((x, line))
+    return out
+
+
+def _bottom_in(fs: float, note: bool) -> float:
+    """The margin under the curve: its tick labels, "time (s)" under them and, below both, the padding's note
+    (at 7 pt the 0.42 in it always had; at 11 pt the note, beside "time (s)" on one line, ran into it)."""
+    ticks = 2 + 3.5 + 1.2 * (fs - 1)  # tick length, pad, label
+    label = 2 + 1.2 * fs  # labelpad, "time (s)"
+    under = 1.2 * (fs - 2) if note else 0.0
+    return max(0.42, (ticks + label + 2) * PT) + under * PT
+
+
 def _mark_query(ax, view: av.AudioView) -> None:
     span = view.query_span
     if span is not None:  # the clicked frame, on the sound it belongs to
@@ -46,7 +78,7 @@ def draw_audio(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     # ("0.000773") pushed "weight" off the page at a fixed 0.55 in
     top_label = f"{view.vmax:.3g}"
     left = max(0.55, text_width_in([top_label], fs - 1) + 1.6 * fs * PT + 0.12)
-    right, bottom_in = 0.12, 0.42
+    right, bottom_in = 0.12, _bottom_in(fs, view.padding_mass is not None)
     heights = PANELS_IN
     height = title_in + sum(heights) + GAP_IN * (len(heights) - 1) + bottom_in
     fig = new_figure(style, width, height, constrained=False)
@@ -66,7 +98,18 @@ def draw_audio(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     ax_wave.set_ylabel("sound", fontsize=fs)
     for span in view.spans:
         ax_wave.axvspan(span.start, span.end, color=av.SPAN_COLOUR, alpha=0.18, lw=0, zorder=0)  # under the wave
-        ax_wave.text(span.start, 1.0 * peak, span.word, fontsize=fs - 1, va="top", ha="left", clip_on=True)
+    per_in = view.duration / (width - left - right)  # seconds per inch of the time axis
+    line_in = WORD_LINE_EM * (fs - 1) * PT
+    places = word_rows(
+        [sp.start for sp in view.spans],
+        [text_width_in([sp.word], fs - 1) * per_in for sp in view.spans],
+        view.duration,
+        WORD_GAP_EM * (fs - 1) * PT * per_in,
+        int(heights[0] // line_in),
+    )
+    for sp, (at, line) in zip(view.spans, places):
+        y = peak - 2.1 * peak * line * line_in / heights[0]  # lines down from the first (the panel: 2.1 peaks)
+        ax_wave.text(at, y, sp.word, fontsize=fs - 1, va="top", ha="left", clip_on=True)
     _mark_query(ax_wave, view)
 
     # the log-mel spectrogram (low frequencies at the bottom)
@@ -108,6 +151,8 @@ def draw_audio(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     ax_curve.plot(x, view.curve, color=av.CURVE_COLOUR, lw=0.8)
     ax_curve.set_ylim(0.0, 1.05 * view.vmax)
     ax_curve.set_yticks([0.0, view.vmax], labels=["0", top_label])
+    # the "0" sits on the axis, above it, not centred on it: from 10 pt on, centred, it ran into the time axis's "0.0"
+    ax_curve.get_yticklabels()[0].set_verticalalignment("bottom")
     ax_curve.set_ylabel("weight", fontsize=fs)
     ax_curve.set_xlabel("time (s)", fontsize=fs, labelpad=2)
     for ax in axes:

@@ -462,7 +462,45 @@ def check_against_transformers(
 
 
 # --------------------------------------------------------------------------- the command's work
-def _check_paths(model_dir: Path, out_dir: Path) -> None:
+PRODUCER = b"attnviz export-hf"  # every ONNX file an export writes says so (_write_metadata, hf_vlm._stamp)
+
+
+def holds_export(out_dir: Path) -> bool:
+    """Whether ``out_dir`` holds an export this command wrote: an ONNX file at its top or in ``onnx/`` (a
+    vision–language model's) whose producer is ``attnviz export-hf``.  Protobuf writes a model's fields in number
+    order, the producer (field 2) after the IR version alone, so the file's first bytes say it: a multi-GB
+    export is not read to find out."""
+    for f in [*out_dir.glob("*.onnx"), *(out_dir / "onnx").glob("*.onnx")]:
+        try:
+            with open(f, "rb") as fh:
+                if PRODUCER in fh.read(256):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _check_out(out_dir: Path, overwrite: bool) -> None:
+    """``--out`` is new or empty; with ``overwrite``, an earlier export of this command (replaced whole once the
+    new one passes its check), never a folder of other files: the wording is ``train``'s."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise AttnvizError(f"--out {out_dir} is a file; choose a folder name")
+    names = sorted(p.name for p in out_dir.iterdir()) if out_dir.is_dir() else []
+    if not names:
+        return
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    if not overwrite:
+        raise AttnvizError(
+            f"--out {out_dir} is not empty ({shown}); choose an empty folder or pass --overwrite to replace it"
+        )
+    if not holds_export(out_dir):
+        raise AttnvizError(
+            f"--out {out_dir} is not empty ({shown}) and holds no earlier export to replace (--overwrite replaces "
+            "what export-hf wrote, never other files); choose an empty folder"
+        )
+
+
+def _check_paths(model_dir: Path, out_dir: Path, overwrite: bool = False) -> None:
     if model_dir.is_file():  # config.json (or a weights file) itself: its folder is the model
         raise AttnvizError(
             f"{model_dir} is a file; give the folder that holds it ({model_dir.parent}: config.json + weights + "
@@ -483,18 +521,22 @@ def _check_paths(model_dir: Path, out_dir: Path) -> None:
         raise AttnvizError(f"{model_dir}: no weights (*.safetensors or pytorch_model.bin) beside config.json")
     for entry in sorted(model_dir.iterdir()):  # what transformers and the copy read: no link out (core.links)
         readable_beside(entry, model_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise AttnvizError(f"--out {out_dir}: exists and is not an empty folder; choose a new folder")
+    _check_out(out_dir, overwrite)
     if not out_dir.resolve().parent.is_dir():
         raise AttnvizError(f"--out {out_dir}: folder {out_dir.resolve().parent} does not exist")
     staging_folder(out_dir).rmdir()  # a folder that cannot be written is refused now, not after the export
 
 
 def export_hf(
-    model_dir: str | Path, out_dir: str | Path, opset: int = OPSET, text: str | None = None, atol: float = ATOL
+    model_dir: str | Path,
+    out_dir: str | Path,
+    opset: int = OPSET,
+    text: str | None = None,
+    atol: float = ATOL,
+    overwrite: bool = False,
 ) -> ExportReport:
     """Export ``model_dir`` to ``out_dir/model.onnx`` (+ tokenizer, metadata); nothing is left at ``out_dir``
-    unless the check against transformers passes."""
+    unless the check against transformers passes (``overwrite``: an earlier export there stays until then)."""
     import torch
     import transformers
 
@@ -502,7 +544,7 @@ def export_hf(
     from attnviz.training.hf_vlm import FAMILY, TASK, export_vlm, recipe_for
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    _check_paths(model_dir, out_dir)
+    _check_paths(model_dir, out_dir, overwrite)
     vlm = recipe_for(model_dir)  # a vision–language model: its family known before the weights load, or refused
     torch.manual_seed(0)
     transformers.logging.set_verbosity_error()  # load reports and progress bars: the missing weights are reported below
@@ -512,7 +554,7 @@ def export_hf(
         texts = (text, text + " " + text) if text else SAMPLE_TEXTS
         tok = _tokenizer(model_dir)
         bos = _special(tok, config).get("bos")
-        c = export_vlm(model, config, tok, bos, vlm, model_dir, out_dir, opset, texts)
+        c = export_vlm(model, config, tok, bos, vlm, model_dir, out_dir, opset, texts, overwrite)
         return ExportReport(out_dir, FAMILY, TASK, c.sites, c.max_diff, c.output_max_diff, c.lengths, missing)
     fam = family_of(model, config)
     if fam.name == "speech":
@@ -595,7 +637,7 @@ def export_hf(
         if tok is not None and not (staging / "tokenizer.json").exists():
             tok.save_pretrained(str(staging))  # a fast tokenizer built from vocab files: write its tokenizer.json
         worst, worst_out, n = check_against_transformers(onnx_path, model, inputs, atol)
-        publish_folder(staging, out_dir)  # out_dir is absent or empty (checked above)
+        publish_folder(staging, out_dir, overwrite)  # out_dir is absent, empty or an earlier export (checked above)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -282,6 +282,7 @@ def export_vlm(
     out_dir: Path,
     opset: int,
     texts: tuple[str, ...],
+    overwrite: bool = False,
 ) -> Checked:
     """Stage ``out_dir``'s repository layout, check it, publish it (one rename) only when the check passes."""
     import transformers
@@ -311,7 +312,7 @@ def export_vlm(
         if not (staging / "generation_config.json").exists() and getattr(model, "generation_config", None):
             model.generation_config.save_pretrained(str(staging))
         checked = check(staging, model, recipe, checks)
-        publish_folder(staging, out_dir)  # out_dir is absent or empty (checked by the caller)
+        publish_folder(staging, out_dir, overwrite)  # absent, empty or an earlier export (checked by the caller)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

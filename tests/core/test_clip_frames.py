@@ -123,3 +123,36 @@ def test_figure_padding_on_a_model_without_sound_is_refused_in_one_line(tmp_path
     assert (
         err[-1].startswith("attnviz: error: --padding: translation.onnx hears no sound") and "drop --padding" in err[-1]
     )
+
+
+@pytest.mark.parametrize(
+    ("view", "flag", "what"), [("heatmap", "--key-span", "key"), ("alignment", "--key-span", "key")]
+)
+def test_a_span_in_the_padding_names_padding_as_the_fix(demo, tmp_path, capsys, view, flag, what):
+    """A window past the clip's frames lies in the padding the maps cut: the refusal says so and names --padding
+    (which then draws it); past the whole window it names both ranges."""
+    from attnviz.cli import main
+
+    _, clip = demo
+    total = 200  # the demo's 4-s window (the premise checked above)
+    out = tmp_path / "x.pdf"
+    args = ["figure", str(DEMO), "--view", view, "--out", str(out)]
+    assert main([*args, flag, f"{clip + 30}-{clip + 60}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"attnviz: error: {flag} {clip + 30}-{clip + 60} lies in the padding after the clip")
+    assert f"{what} positions 0-{clip - 1}, of the model's {total}" in err and "add --padding" in err
+    assert main([*args, flag, f"{total + 10}-{total + 20}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"(0-{clip - 1}; 0-{total - 1} with --padding)" in err
+    assert main([*args, flag, f"{clip + 30}-{clip + 60}", "--padding"]) == 0 and out.is_file()
+
+
+def test_a_query_span_in_the_encoders_padding_names_padding(demo, tmp_path, capsys):
+    from attnviz.cli import main
+
+    result, clip = demo
+    enc = block(result, "encoder", "self")
+    args = ["figure", str(DEMO), "--view", "heatmap", "--block", str(enc), "--out", str(tmp_path / "x.pdf")]
+    assert main([*args, "--span", f"{clip + 1}-{clip + 9}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--span {clip + 1}-{clip + 9} lies in the padding after the clip" in err and "--padding" in err

@@ -42,11 +42,20 @@ def test_the_tables_monotonic_counts_the_transcripts_rows(qtbot, window, optimum
     assert "<|notimestamps|>" in table.horizontalHeaderItem(c).toolTip()
     assert not any(w.startswith("<|") for w in r.generated)  # every generated token is a word (no end of text)
     chose = [3 + k for k in range(len(r.generated))]  # generated word k at position 4 + k, chosen by the row before
-    moved = 0
-    for row in range(table.rowCount()):
-        layer, head = (int(v.cell(row, v.columns.index(k)).value) for k in ("layer", "head"))
-        maps = r.maps[cross[layer]].array()[0, head]  # [rows, frames]: 4 forced rows, then the transcript's
-        assert float(v.cell(row, c).value) == pytest.approx(_by_hand(maps[chose]), abs=1e-12), (layer, head)
-        moved += _by_hand(maps[chose]) != _by_hand(maps)
-    assert moved  # the prompt's rows would have changed what the table says
+    # the table is of the clip's frames, as the maps (core.view.clip): a Whisper frame is two 160-sample hops at
+    # 16 kHz, 125 for the 2.5-s chirp; the "show padding after the clip" box gives the whole window
+    frames = -(-len(clip) // 320)
+    assert f"the clip: frames 0–{frames - 1} of" in v.info.text()
+    for padding in (False, True):
+        if padding:
+            w.session.select(padding=True)
+            qtbot.waitUntil(lambda: not v.busy and table.rowCount() == n and "padding cut" not in v.info.text())
+        moved = 0
+        for row in range(table.rowCount()):
+            layer, head = (int(v.cell(row, v.columns.index(k)).value) for k in ("layer", "head"))
+            maps = r.maps[cross[layer]].array()[0, head]  # [rows, frames]: 4 forced rows, then the transcript's
+            maps = maps if padding else maps[:, :frames]
+            assert float(v.cell(row, c).value) == pytest.approx(_by_hand(maps[chose]), abs=1e-12), (layer, head)
+            moved += _by_hand(maps[chose]) != _by_hand(maps)
+        assert moved  # the prompt's rows would have changed what the table says
     assert w.sidebar.values("Run")["forced prompt (tokens)"] == "4"  # the sidebar names the fact the run keeps

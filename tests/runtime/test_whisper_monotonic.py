@@ -16,6 +16,7 @@ pytest.importorskip("transformers")
 from attnviz.core.attention import SPEECH_PROMPT_KEY  # noqa: E402
 from attnviz.core.head_stats import compute_stats, stats_context  # noqa: E402
 from attnviz.core.stats import stat_columns  # noqa: E402
+from attnviz.core.view import Selection, clip_cut  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -62,10 +63,17 @@ def test_monotonic_counts_the_transcripts_rows_only(model, how):
     assert chose[0] == 3  # the <|notimestamps|> row chose the first word
     assert chose[-1] == (len(cross.query_axis) - 1 if how == "generate" else len(cross.query_axis) - 2)
     rows = compute_stats(r, cross, -1)
+    whole = compute_stats(r, cross, -1, padding=True)
     sites = [i for i, s in enumerate(r.sites) if s.kind == "cross"]
+    # the Head stats follow the maps' cut to the clip's frames (core.view.clip): a Whisper frame is two 160-sample
+    # hops at 16 kHz, so the 2.5-s chirp fills the first 125 of the window's frames
+    frames = -(-len(clip) // 320)
+    assert clip_cut(r, cross, Selection()).keys == frames < len(cross.key_axis)
     moved = before = 0
-    for row in rows:
+    for row, padded in zip(rows, whole):
         maps = r.maps[sites[row["layer"]]].array()[0, row["head"]]  # [rows, frames]
+        assert padded["monotonic"] == pytest.approx(_by_hand(maps[chose]), abs=1e-12), padded
+        maps = maps[:, :frames]
         assert row["monotonic"] == pytest.approx(_by_hand(maps[chose]), abs=1e-12), row
         moved += _by_hand(maps[chose]) != _by_hand(maps)  # what counting the prompt's rows too gave
         before += _by_hand(maps[chose]) != _by_hand(maps[4:])  # words24's rows (reading the words, not choosing)

@@ -129,11 +129,42 @@ def test_export_hf_refuses_bad_folders_and_writes_nothing(tmp_path, capsys):
     (busy / "keep.txt").write_text("user file")
     assert main(["export-hf", str(src), "--out", str(busy)]) == 2
     err = capsys.readouterr().err
-    assert (
-        err.startswith("attnviz: error: --out") and "not an empty folder" in err and len(err.strip().splitlines()) == 1
+    assert err.strip() == (
+        f"attnviz: error: --out {busy} is not empty (keep.txt); choose an empty folder or pass --overwrite to replace it"
     )
+    # --overwrite replaces an earlier export, never the user's own files
+    assert main(["export-hf", str(src), "--out", str(busy), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds no earlier export to replace" in err[0] and "choose an empty folder" in err[0]
     assert [p.name for p in busy.iterdir()] == ["keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "hf", "nothing"]  # no staging folder left behind
+
+
+def test_export_hf_overwrite_replaces_an_earlier_export_as_train_does(tmp_path, capsys):
+    """The same flag and wording as `attnviz train --overwrite`: a second export into the folder is refused with
+    the flag named, and with it the folder holds the new export alone (a GPT-2 over a BERT: nothing of the BERT's
+    left, no staging or old folder beside it)."""
+    from attnviz.training.checkpoint import check_run_folder
+
+    out = tmp_path / "onnx"
+    bert = hf_models.save_hf_folder("bert", tmp_path / "bert")
+    gpt2 = hf_models.save_hf_folder("gpt2", tmp_path / "gpt2")
+    assert main(["export-hf", str(bert), "--out", str(out)]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    assert main(["export-hf", str(gpt2), "--out", str(out)]) == 2
+    said = capsys.readouterr().err.strip()
+    with pytest.raises(Exception) as trained:  # train's own refusal of a folder that is not its run
+        check_run_folder(out, "translation")
+    assert said.endswith("choose an empty folder or pass --overwrite to replace it")
+    assert str(trained.value).endswith("choose an empty folder or pass --overwrite to replace it")
+    assert sorted(p.name for p in out.iterdir()) == before  # the refusal changed nothing
+    assert main(["export-hf", str(gpt2), "--out", str(out), "--overwrite"]) == 0
+    assert open_model(out / "model.onnx").kind == "decoder"  # the GPT-2's, causal
+    assert {p.name for p in out.iterdir()} == {p.name for p in gpt2.iterdir() if p.suffix == ".json"} | {"model.onnx"}
+    for name in ("config.json", "tokenizer.json"):  # the GPT-2's copied files, not the BERT's left behind
+        assert (out / name).read_bytes() == (gpt2 / name).read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bert", "gpt2", "onnx"]
 
 
 def test_export_hf_reports_a_failed_check_and_publishes_nothing(tmp_path, monkeypatch, capsys):

@@ -13,19 +13,42 @@ from dataclasses import replace
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.view.clip import clip_cut
 from attnviz.core.view.maps import MapView
+from attnviz.core.view.selection import Selection, blk_len
 
 
-def _kept(pos: np.ndarray, span: tuple[int, int], what: str, flag: str) -> np.ndarray:
+def _kept(pos: np.ndarray, span: tuple[int, int], what: str, flag: str, window: int | None = None) -> np.ndarray:
+    """Which of ``pos`` lie in ``span``; refused where none does.  ``window``: the positions of the model's whole
+    window where the map was cut to a speech clip's frames (:func:`_clip_window`): a span past the clip lies in
+    the padding, and ``--padding`` (the whole window) is the fix to name."""
     lo, hi = span
     keep = (np.asarray(pos) >= lo) & (np.asarray(pos) <= hi)
     if not keep.any():
         shown = f"{int(np.min(pos))}-{int(np.max(pos))}" if len(pos) else "none"
+        if window is not None and len(pos) and int(np.max(pos)) < lo < window:
+            raise AttnvizError(
+                f"{flag} {lo}-{hi} lies in the padding after the clip (the map ends with the clip's frames, "
+                f"{what} positions {shown}, of the model's {window}); add --padding to draw the whole window, "
+                "or give a range within the clip",
+                param="span",
+            )
+        whole = f"; 0-{window - 1} with --padding" if window is not None else ""
         raise AttnvizError(
-            f"{flag} {lo}-{hi} holds none of the map's {what} positions ({shown}); give a range within them",
+            f"{flag} {lo}-{hi} holds none of the map's {what} positions ({shown}{whole}); give a range within them",
             param="span",
         )
     return keep
+
+
+def _clip_window(mv: MapView, axis: int) -> int | None:
+    """The length of the model's whole window on ``axis`` (0: queries, 1: keys) where ``mv``'s axis was cut to a
+    speech clip's frames (core.view.clip: the maps end with the clip unless ``--padding``), else None."""
+    blk = mv.block
+    cut = clip_cut(blk.result, blk, Selection()) if blk is not None else None
+    if blk is None or cut is None or cut.note not in mv.notes or (cut.rows, cut.keys)[axis] is None:
+        return None
+    return blk_len(blk, axis)
 
 
 def _within(span: tuple[int, int], pos: np.ndarray) -> tuple[int, int]:
@@ -42,8 +65,11 @@ def span_map(mv: MapView, rows: tuple[int, int] | None, keys: tuple[int, int] | 
     self_map = mv.block is not None and mv.block.kind == "self"
     if keys is None and self_map:
         keys = rows
-    q = _kept(mv.q_pos, rows, "query", "--span") if rows is not None else np.ones(len(mv.q_pos), bool)
-    k = _kept(mv.k_pos, keys, "key", "--key-span" if keys != rows or not self_map else "--span") if keys else None
+    q = _kept(mv.q_pos, rows, "query", "--span", _clip_window(mv, 0)) if rows is not None else None
+    if q is None:
+        q = np.ones(len(mv.q_pos), bool)
+    k_flag = "--key-span" if keys != rows or not self_map else "--span"
+    k = _kept(mv.k_pos, keys, "key", k_flag, _clip_window(mv, 1)) if keys else None
     if k is None:
         k = np.ones(len(mv.k_pos), bool)
     said = []

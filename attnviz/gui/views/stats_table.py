@@ -179,9 +179,10 @@ class StatsView(View):
         return self._pending is not None
 
     def _table_key(self) -> tuple:
-        """What the rows are of: the result, block, step and batch row (each beam of a beam search its own maps)."""
+        """What the rows are of: the result, block, step and batch row (each beam of a beam search its own maps), and
+        whether a speech clip's padding counts (the "show padding after the clip" box, as the maps)."""
         s = self.session
-        return (id(s.result), s.sel.block, s.sel.step, s.sel.batch)
+        return (id(s.result), s.sel.block, s.sel.step, s.sel.batch, s.sel.padding)
 
     def draw(self) -> None:
         """Fill the table; the statistics are computed in a worker (0.5 s for 72 heads at 512 tokens)."""
@@ -190,9 +191,9 @@ class StatsView(View):
         if key != self._key:
             self._key = key
             self.table.setRowCount(0)
-            self.info.setText(f"{stats_caption(s.result, s.block)}: computing head statistics…")
+            self.info.setText(f"{stats_caption(s.result, s.block, s.sel.padding)}: computing head statistics…")
             self.workers.cancel()
-            w = self.workers.start(compute_stats, s.result, s.block, s.sel.step, kind="stats")
+            w = self.workers.start(compute_stats, s.result, s.block, s.sel.step, s.sel.padding, kind="stats")
             self._pending = (w.request_id, key)
             return
         self.select_current()
@@ -239,7 +240,8 @@ class StatsView(View):
                 t.setItem(r, c + 2, NumItem(row[name], text))
         t.setSortingEnabled(True)
         self._fit_columns()
-        caption = stats_caption(self.session.result, self.session.block)  # a dual encoder's: which row's input
+        # a dual encoder's: which row's input; a speech clip's: its frames alone unless the padding is shown
+        caption = stats_caption(self.session.result, self.session.block, self.session.sel.padding)
         text = (
             f"{caption}: {count(len(rows), 'head')}. Click a column to sort, a row to focus that head, "
             "right-click it to switch it off."

@@ -21,6 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="new (or empty) folder for model.onnx (a vision-language model: onnx/ with its three files), "
         "tokenizer and configs",
     )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier export already in DIR (once the new one passes its check; a folder of other files "
+        "is refused, never replaced)",
+    )
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     p.add_argument(
         "--text", default=None, help="text used for the check against transformers (default: built-in sentences)"
@@ -41,7 +47,7 @@ def run(args) -> int:
     from attnviz.core.writes import guard
 
     guard({"the model folder": args.model_dir}, {"--out": args.out})
-    r = export_hf(args.model_dir, args.out, opset=args.opset, text=args.text)
+    r = export_hf(args.model_dir, args.out, opset=args.opset, text=args.text, overwrite=args.overwrite)
     if r.missing_weights:
         say(
             f"{len(r.missing_weights)} weights were not in the checkpoint and are random "
