@@ -169,8 +169,10 @@ def _folder_refusal(args, model) -> str:
     file's heads, so its encoder file on the clip is what ablate can do (its decoder's cross-attention reads the
     encoder's states, which only --inputs can give it)."""
     said = f"{args.model}: ablate runs one ONNX file, and this is an export folder of several"
-    encoder = getattr(model, "encoder", None)
-    if not getattr(model, "audio", False) or encoder is None:
+    from attnviz.runtime.folder import ENCODER_FILE
+
+    encoder = Path(model.path) / ENCODER_FILE
+    if "audio" not in model.meta or not encoder.is_file():
         return f"{said}; give one of its files"
     from attnviz.runtime.sample import sample_for_path
 
@@ -178,7 +180,7 @@ def _folder_refusal(args, model) -> str:
     clip = args.audio or (sample.values.get("audio") if sample is not None else None) or "CLIP.wav"
     return (
         f"{said} (a speech model: its encoder and its decoder); switch the encoder's heads off on the clip with "
-        f"'attnviz ablate {encoder.path} --audio {clip} --all-heads --out DIR' (the decoder's file takes --inputs "
+        f"'attnviz ablate {encoder} --audio {clip} --all-heads --out DIR' (the decoder's file takes --inputs "
         "FEEDS.npz holding the encoder's states)"
     )
 
