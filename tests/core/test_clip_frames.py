@@ -5,34 +5,21 @@ preprocessor_config.json (a frame is two mel hops), the numbers from the result'
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sf = pytest.importorskip("soundfile")
+pytest.importorskip("soundfile")
 pytest.importorskip("onnxruntime")
 
-from attnviz.core import view as vm  # noqa: E402
-from attnviz.core.audio_view import audio_view  # noqa: E402
+from spoken_demo import DEMO, demo_and_clip
 
-DEMO = Path(__file__).resolve().parents[2] / "models" / "spoken-digits"
+from attnviz.core import view as vm
+from attnviz.core.audio_view import audio_view
 
 
 @pytest.fixture(scope="module")
 def demo():
-    if not (DEMO / "encoder_model.onnx").is_file():
-        pytest.skip("models/spoken-digits is not in this checkout")
-    from attnviz.runtime import open_model
-
-    result = open_model(DEMO, provider="cpu").analyze(audio=str(DEMO / "sample.wav"), generate=8)
-    info = sf.info(str(DEMO / "sample.wav"))
-    pre = json.loads((DEMO / "preprocessor_config.json").read_text())
-    assert info.samplerate == pre["sampling_rate"]
-    clip = math.ceil(info.frames / (2 * pre["hop_length"]))  # encoder frames the clip's samples fill
-    return result, clip
+    return demo_and_clip()
 
 
 def block(result, stack, kind) -> int:

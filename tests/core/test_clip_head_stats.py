@@ -6,32 +6,22 @@ each statistic by hand from the result's raw maps."""
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sf = pytest.importorskip("soundfile")
+pytest.importorskip("soundfile")
 pytest.importorskip("onnxruntime")
 
-from attnviz.core.head_stats import compute_stats, stats_caption  # noqa: E402
+from spoken_demo import demo_and_clip
 
-DEMO = Path(__file__).resolve().parents[2] / "models" / "spoken-digits"
+from attnviz.core.head_stats import compute_stats, stats_caption
 
 
 @pytest.fixture(scope="module")
 def demo():
-    if not (DEMO / "encoder_model.onnx").is_file():
-        pytest.skip("models/spoken-digits is not in this checkout")
-    from attnviz.runtime import open_model
-
-    result = open_model(DEMO, provider="cpu").analyze(audio=str(DEMO / "sample.wav"), generate=8)
-    info = sf.info(str(DEMO / "sample.wav"))
-    pre = json.loads((DEMO / "preprocessor_config.json").read_text())
-    assert info.samplerate == pre["sampling_rate"]
-    return result, math.ceil(info.frames / (2 * pre["hop_length"]))  # encoder frames the clip's samples fill
+    return demo_and_clip()
 
 
 def block(result, stack, kind):
