@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import wait
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from functools import partial
@@ -432,15 +432,7 @@ class _ModelHash:
 
     def __init__(self, path: str):
         self._stop = threading.Event()
-        self._sha: Future[str] = Future()
-        self._thread = threading.Thread(target=self._hash, args=(path,), name="attnviz-model-hash", daemon=True)
-        self._thread.start()
-
-    def _hash(self, path: str) -> None:
-        try:
-            self._sha.set_result(it.sha256_model(path, self._stop))
-        except BaseException as e:  # raised by result(), in the driver's thread
-            self._sha.set_exception(e)
+        self._sha = in_thread(partial(it.sha256_model, path, self._stop), "attnviz-model-hash")
 
     def result(self) -> str:
         return result_of(self._sha)  # (a big model's hash takes seconds: a Ctrl-C meanwhile is raised at once)
@@ -448,7 +440,7 @@ class _ModelHash:
     def stop(self) -> None:
         """The run is over (a result taken, or an error): a hash still running ends at its next MB."""
         self._stop.set()
-        self._thread.join()
+        wait((self._sha,))
 
 
 def _probe_while_reading(
