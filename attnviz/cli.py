@@ -73,6 +73,10 @@ PARAM_FLAGS = {
     "picture": "--picture",
     "image_from": "--image-from",
     "link_cut": "--link-cut",
+    "width_in": "--width-in",
+    "font_size": "--font-size",
+    "dpi": "--dpi",
+    "keep": "--keep",
     "batch": None,
 }
 

@@ -159,3 +159,57 @@ def test_cli_one_line(argv, words, tmp_path):
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
     assert all(w in lines[0] for w in words), lines[0]
+
+
+def test_every_decimal_flag_keeps_its_text():
+    """Each decimal flag of each command reads a number that remembers how it was typed, so its refusal can show it
+    (``--width-in 1e400`` was shown as 'width inf in', ``--width-in -3`` as '-3.0', ``--font-size 0.00001`` as
+    '1e-05'); the value still equals what ``float()`` reads, and survives pickling to a worker process."""
+    import pickle
+
+    from attnviz.core.numbers import AsTyped, spelled
+
+    decimals = [(c, p, a) for c, p, a in NUMBER_ACTIONS if a.type is not whole_arg]
+    assert {("figure", "--width-in"), ("figure", "--font-size"), ("extract", "--max-seconds")} <= {
+        (c, a.option_strings[-1]) for c, _, a in decimals
+    }
+    for text in ("0.0000001", "1e400", "-3", "1.50"):
+        for command, _, action in decimals:
+            value = action.type(text)
+            assert value == float(text) and spelled(value) == text, (command, action.option_strings, value)
+            back = pickle.loads(pickle.dumps(value))
+            assert isinstance(back, AsTyped) and back.text == text and back == float(text)
+
+
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (["--width-in", "1e400"], "width 1e400 in"),
+        (["--font-size", "0.00001"], "font size 0.00001"),
+        (["--keep", "1.50"], "keep 1.50"),
+    ],  # fmt: skip
+)
+def test_figure_refusals_show_the_number_as_typed(argv, shown, tmp_path):
+    """The figure's style checks (spec.check_style) name the number as typed and the flag that sets it."""
+    from cli_run import REPO
+
+    from attnviz import AttnvizError
+    from attnviz.cli import error_line
+    from attnviz.figures.command import run as figure_run
+
+    args = build_parser().parse_args(
+        [
+            "figure",
+            str(REPO / "models/sequence-classification.onnx"),
+            "--text",
+            "7 2",
+            "--out",
+            str(tmp_path / "f.pdf"),
+            *argv,
+        ]
+    )
+    with pytest.raises(AttnvizError) as e:
+        figure_run(args)
+    line = error_line(e.value)
+    assert shown in line and f"(see {argv[0]})" in line, line
+    assert not (tmp_path / "f.pdf").exists()

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 from attnviz import AttnvizError
+from attnviz.core.numbers import spelled
 from attnviz.core.setting_words import Wording, fix
 from attnviz.core.setting_words import current as current_wording
 
@@ -93,7 +94,7 @@ def set_memory_cap(gb: float | None) -> None:
     if gb is None:
         return
     if not (math.isfinite(gb) and gb > 0):
-        raise AttnvizError(f"--max-memory {gb}: give a size in GB above 0 (e.g. --max-memory 16)")
+        raise AttnvizError(f"--max-memory {spelled(gb)}: give a size in GB above 0 (e.g. --max-memory 16)")
     os.environ[MEMORY_ENV] = repr(float(gb))
 
 

@@ -77,6 +77,19 @@ class AsTyped(float):
         self.text = text
         return self
 
+    def __getnewargs__(self) -> tuple[float, str]:  # type: ignore[override]  # pickled to a worker process, it keeps its text
+        return (float(self), self.text)
+
+
+def spelled(value: object) -> str:
+    """A number as a refusal shows it: as typed where it was (:class:`AsTyped`: ``1e400``, not ``inf``; ``-3``, not
+    ``-3.0``), else in its shortest spelling (``0.5``, ``3``)."""
+    if isinstance(value, AsTyped):
+        return value.text
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
 
 def as_typed_arg(text: str) -> AsTyped:
     """:func:`decimal_arg` keeping the text typed (:class:`AsTyped`), for a flag whose refusal shows its value."""
@@ -88,8 +101,9 @@ def as_typed_json(text: str) -> AsTyped:
     return AsTyped(float(text), text)
 
 
-# argparse's own number types -> the readers that take ASCII digits only
-STRICT = {int: whole_arg, float: decimal_arg}
+# argparse's own number types -> the readers that take ASCII digits only; a decimal keeps its text, so any flag's
+# refusal can show the number as typed (:func:`spelled`)
+STRICT = {int: whole_arg, float: as_typed_arg}
 
 
 def strict_numbers(parser: argparse.ArgumentParser) -> None:

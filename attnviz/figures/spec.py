@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
 from attnviz.core.json_types import shown
+from attnviz.core.numbers import spelled
 from attnviz.core.view import (
     IMAGE_BASES,
     IMAGE_FROM,
@@ -126,11 +127,11 @@ def check_style(st) -> None:
     if st.width is not None and st.width not in WIDTH_PRESETS:
         raise AttnvizError(f"unknown width preset {st.width!r}; use one of {', '.join(WIDTH_PRESETS)} or --width-in")
     if st.width_in is not None and not (0.5 <= float(st.width_in) <= 50):
-        raise AttnvizError(f"width {st.width_in} in is out of range; use 0.5..50 inches")
+        raise AttnvizError(f"width {spelled(st.width_in)} in is out of range; use 0.5..50 inches", param="width_in")
     if not (10 <= int(st.dpi) <= 2400):
-        raise AttnvizError(f"dpi {st.dpi} is out of range; use 10..2400")
+        raise AttnvizError(f"dpi {spelled(st.dpi)} is out of range; use 10..2400", param="dpi")
     if not (3 <= float(st.font_size) <= 30):
-        raise AttnvizError(f"font size {st.font_size} is out of range; use 3..30 pt")
+        raise AttnvizError(f"font size {spelled(st.font_size)} is out of range; use 3..30 pt", param="font_size")
     for flag, span in (("--span", st.span), ("--key-span", st.key_span)):
         check_span(flag, span)
     if st.title is not None and len(st.title) > MAX_TITLE_CHARS:
@@ -223,7 +224,9 @@ class FigureSpec:
                 param="span",
             )
         if not (0.0 < float(self.keep) <= 1.0):
-            raise AttnvizError(f"keep {self.keep} is out of range; use a mass fraction in (0, 1], e.g. 0.9")
+            raise AttnvizError(
+                f"keep {spelled(self.keep)} is out of range; use a mass fraction in (0, 1], e.g. 0.9", param="keep"
+            )
         if self.step is not None and int(self.step) < 0:
             raise AttnvizError(f"step {self.step} must be 0 or more")
         if self.scale is not None and self.scale not in SCALES:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.numbers import spelled
 from attnviz.core.setting_words import fix, name
 
 MODES = ("auto", "dense", "ondemand")
@@ -75,7 +76,9 @@ def validate(req: AnalyzeRequest) -> None:
             f"max tokens {req.max_tokens}: give at least 1 (or none to keep every token)", param="max_tokens"
         )
     if req.max_seconds is not None and not req.max_seconds > 0:
-        raise AttnvizError(f"max seconds {req.max_seconds}: give a positive number of seconds", param="max_seconds")
+        raise AttnvizError(
+            f"max seconds {spelled(req.max_seconds)}: give a positive number of seconds", param="max_seconds"
+        )
     if isinstance(req.image, (list, tuple)) and not req.image:
         raise AttnvizError("no image given; give an image file (--image PATH, once per image)", param="image")
     if req.mode not in MODES:
