@@ -103,6 +103,27 @@ def by_role(model: AttnModel, role: str):
     return None
 
 
+# a source a model may take: its input role -> (its words, the param, i.e. the flag or control, that gives it)
+_SOURCES = {
+    "tokens": ("a text", "text"),
+    "series": ("a series of numbers as text (e.g. --text '1.5 2 2.5')", "text"),
+    "image": ("an image", "image"),
+    "audio": ("a sound file", "audio"),
+}
+
+
+def _takes_no(model: AttnModel, given: str) -> AttnvizError:
+    """The refusal of an ``image``/``audio`` the model has no input for, naming what it does take (a speech model
+    was told "give a text instead", a translation model "a text or an image")."""
+    takes = [_SOURCES[r] for r in _SOURCES if by_role(model, r) is not None]
+    instead = " or ".join(words for words, _ in takes) if takes else "its inputs as arrays (--inputs FEEDS.npz)"
+    return AttnvizError(
+        f"{model.path.name} takes no {given} input (its inputs: {', '.join(i.name for i in model.inputs)}); "
+        f"give {instead} instead",
+        param=takes[0][1] if takes else "inputs",
+    )
+
+
 def _ids_array(rows: list[list[int]], dtype: str) -> np.ndarray:
     return np.asarray(rows, dtype=np.dtype(dtype) if dtype.startswith("int") else np.int64)
 
@@ -212,10 +233,7 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
             raise AttnvizError(f"{model.path.name} takes an image ({img_in.describe()}); give an image", param="image")
         return
     if img_in is None:
-        raise AttnvizError(
-            f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give a text instead",
-            param="text",
-        )
+        raise _takes_no(model, "image")
     spec = ip.image_spec(model.meta, img_in.shape, req.image_size, req.image_mean, req.image_std)
     prep.image_info = spec.describe()  # recorded in the run info (sidebar, figure recipes)
     if spec.stats_source.startswith("default"):
@@ -353,11 +371,7 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
             raise AttnvizError(f"{model.name} takes audio ({aud_in.describe()}); {fix('sound_file')}", param="audio")
         return
     if aud_in is None:
-        raise AttnvizError(
-            f"{model.path.name} takes no audio input (its inputs: {', '.join(i.name for i in model.inputs)}); "
-            "give a text or an image instead",
-            param="audio",
-        )
+        raise _takes_no(model, "audio")
     if not known:
         raise AttnvizError(
             f"{model.name} takes {aud_in.describe()} and no Whisper or wav2vec2 preprocessor_config.json is beside "
