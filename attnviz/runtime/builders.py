@@ -19,6 +19,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import AudioTrack, TokenAxis
+from attnviz.core.numbers import spelled
 from attnviz.core.setting_words import fix
 from attnviz.core.text_scores import PairLayout
 from attnviz.core.words import with_article
@@ -355,6 +356,12 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     positions are labelled by time (20 ms each for Whisper and wav2vec2's conv stack)."""
     aud_in = by_role(model, "audio")
     if req.audio is None and aud_in is None:
+        if req.max_seconds is not None:  # it cut nothing: a user who gave it expected a clip cut
+            raise AttnvizError(
+                f"max seconds {spelled(req.max_seconds)}: {model.path.name} takes no sound to cut (its inputs: "
+                f"{', '.join(i.name for i in model.inputs)}); leave it out",
+                param="max_seconds",
+            )
         return  # no sound here: the audio modules stay unimported (a text model's first map, first22b)
     from attnviz.runtime import audio as au
     from attnviz.runtime.audio_specs import audio_spec

@@ -32,6 +32,7 @@ def refusals(tmp_path_factory):
         ("translation.onnx", "audio"): ["--text", "hi", "--audio", SOUND],
         ("spoken-digits", "image"): ["--image", picture],
         ("forecasting.onnx", "image"): ["--image", picture],
+        ("translation.onnx", "max-seconds"): ["--text", "hi", "--max-seconds", "5.0"],
     }
     argvs = [
         ["extract", MODELS / m, *extra, "--out", tmp / f"{i}.npz"] for i, ((m, _), extra) in enumerate(cases.items())
@@ -57,3 +58,13 @@ def test_refusal_names_what_the_model_takes(refusals, model, given, takes, flag)
     # every input the graph declares is named, and nothing was written
     assert all(name in lines[0] for name in _inputs(MODELS / model)), lines[0]
     assert not list(tmp.glob("*.npz"))
+
+
+def test_max_seconds_of_a_model_without_sound(refusals):
+    """``--max-seconds`` on a text model cut nothing and was dropped without a word: refused, as typed."""
+    results, tmp = refusals
+    code, err = results[("translation.onnx", "max-seconds")]
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "max seconds 5.0:" in lines[0] and "takes no sound" in lines[0] and "--max-seconds" in lines[0], lines[0]
+    assert all(name in lines[0] for name in _inputs(MODELS / "translation.onnx")), lines[0]
