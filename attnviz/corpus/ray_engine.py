@@ -30,6 +30,7 @@ import atexit
 import hashlib
 import json
 import logging
+import os
 import pickle
 import re
 import shutil
@@ -189,6 +190,10 @@ def _routed(shown):
     return print_to_stdstream
 
 
+SIGNAL_CHECK_ENV = "RAY_get_check_signal_interval_milliseconds"
+SIGNAL_CHECK_MS = 50  # as core.interrupts.result_of's slices
+
+
 def _init(setup):
     """Ray, connected (a local cluster started, or the one at --ray-address); returns the module."""
     ray = _ray()
@@ -197,6 +202,10 @@ def _init(setup):
     from attnviz.core.interrupts import sigterm_kept
 
     quiet_notices()
+    # the driver's ray.get runs Python's signal handlers only between waits of this length (Ray's default: 1 s), so
+    # a Ctrl-C waited up to a second before the run began to stop; read from the environment as the driver's core
+    # worker starts (a value the user set is kept)
+    os.environ.setdefault(SIGNAL_CHECK_ENV, str(SIGNAL_CHECK_MS))
     kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         with sigterm_kept():  # `kill PID` stops a Ray run as Ctrl-C does, not by Ray's driver handler (exit 15)
@@ -460,8 +469,6 @@ class ReduceActor:
     """Ray Data callable class: opens the model once per actor, then pads and reduces each batch Ray hands it."""
 
     def __init__(self, setup_blob: bytes, job_blob: bytes | None = None):
-        import os
-
         os.environ["ATTNVIZ_INPROCESS"] = "1"  # the actor is the crash boundary (Ray reports its death)
         self.reducer = pickle.loads(setup_blob).reducer()
         self.job: TextJob | ImageJob | None = pickle.loads(job_blob) if job_blob else None
