@@ -131,6 +131,7 @@ from attnviz.core.view.maps import (
     series_dots,
 )
 from attnviz.core.view.opening import OPENING_VIEWS, OpeningView, opening_view, result_kind
+from attnviz.core.view.overview_scale import OVERVIEW_SCALES, SPEECH_PERCENTILE, OverviewScale, overview_colours
 from attnviz.core.view.overlay import (
     GLOBAL_PANEL,
     QUERY_OUTLINE,
@@ -369,6 +370,10 @@ __all__ = [
     "overlay_view",
     "default_image_query",
     "focus_heads",
+    "overview_colours",
+    "OVERVIEW_SCALES",
+    "OverviewScale",
+    "SPEECH_PERCENTILE",
     "overview_label",
     "overview_scale",
     "overview_top",
