@@ -131,7 +131,6 @@ from attnviz.core.view.maps import (
     series_dots,
 )
 from attnviz.core.view.opening import OPENING_VIEWS, OpeningView, opening_view, result_kind
-from attnviz.core.view.overview_scale import OVERVIEW_SCALES, SPEECH_PERCENTILE, OverviewScale, overview_colours
 from attnviz.core.view.overlay import (
     GLOBAL_PANEL,
     QUERY_OUTLINE,
@@ -156,6 +155,7 @@ from attnviz.core.view.overview import (
     thumbnails_kept,
     windows_note,
 )
+from attnviz.core.view.overview_scale import OVERVIEW_SCALES, SPEECH_PERCENTILE, OverviewScale, overview_colours
 from attnviz.core.view.palette import (
     DEFAULT_SCALE,
     HEAD_COLOURS,
