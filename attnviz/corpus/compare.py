@@ -281,11 +281,12 @@ def _sample_input(args) -> None:
     from attnviz.core.notice import say
     from attnviz.runtime.sample import no_input, sample_for_path
 
-    found = sample_for_path(args.model) if Path(str(args.model)).is_file() else None
+    # a file, or a speech folder (its sample clip is in its encoder's metadata, as `figure` reads it)
+    found = sample_for_path(args.model) if Path(str(args.model)).exists() else None
     sample = found.values if found is not None else {}
-    if not set(sample) & {"text", "image"}:
+    if not set(sample) & {"text", "image", "audio"}:
         raise AttnvizError(no_input(args.model))
-    for key in ("text", "text_pair", "image"):
+    for key in ("text", "text_pair", "image", "audio"):
         if key in sample and getattr(args, key) is None:
             setattr(args, key, sample[key])
     if not args.generate and sample.get("generate") is not None:
