@@ -129,4 +129,5 @@ def title_lines(title: str, width: Callable[[str], float], room: float) -> list[
     if len(parts) < 2 or width(title) <= room:
         return [title]
     splits = [(TITLE_SEP.join(parts[:k]), TITLE_SEP.join(parts[k:])) for k in range(1, len(parts))]
-    return list(min(splits, key=lambda two: max(width(two[0]), width(two[1]))))
+    first, rest = min(splits, key=lambda two: max(width(two[0]), width(two[1])))
+    return [first, rest]
