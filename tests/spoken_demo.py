@@ -26,3 +26,31 @@ def demo_and_clip():
 
     result = open_model(DEMO, provider="cpu").analyze(audio=str(DEMO / "sample.wav"), generate=8)
     return result, math.ceil(info.frames / (2 * pre["hop_length"]))
+
+
+def window_frames() -> int:
+    """The encoder frames of the demo's padded window, from its preprocessor_config.json (two mel frames each)."""
+    pre = json.loads((DEMO / "preprocessor_config.json").read_text())
+    return pre["nb_max_frames"] // 2
+
+
+def hand_thumbnails(result, clip: int, side: int = 64) -> list:
+    """Every head's overview thumbnail of the demo's result, pooled here from its maps with numpy: an axis as long
+    as the padded window (the encoder's frames) cut to the clip's ``clip`` frames, then each axis max-pooled in runs
+    of ``ceil(n / side)`` from its start, a short last run padded with zeros (the weights are not negative)."""
+    import numpy as np
+
+    window, out = window_frames(), []
+    for m in result.maps:
+        a = np.asarray(m.array()[0], np.float64)  # [H, Tq, Tk] of the one clip
+        a = a[:, : clip if a.shape[1] == window else None, : clip if a.shape[2] == window else None]
+        for axis in (1, 2):
+            f = -(-a.shape[axis] // side)
+            pad = [(0, 0)] * 3
+            pad[axis] = (0, -a.shape[axis] % f)
+            a = np.pad(a, pad)
+            shape = list(a.shape)
+            shape[axis : axis + 1] = [a.shape[axis] // f, f]
+            a = a.reshape(shape).max(axis=axis + 1)
+        out.extend(a)
+    return out

@@ -114,7 +114,6 @@ def write_table(path, rows: list[dict]) -> None:
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
 
 
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
 GOLD_SUFFIXES = (".tsv", ".TextGrid", ".textgrid")
 MAX_FILES = 10_000
 
@@ -122,10 +121,16 @@ MAX_FILES = 10_000
 def recordings(folder: Path) -> list[Path]:
     """The sound files of ``folder`` by name (what ``--audio-dir`` reads, here and in ``attnviz corpus``)."""
     from attnviz import AttnvizError
+    from attnviz.runtime.audio import AUDIO_SUFFIXES  # what the loader reads: one list (the window's, figure's)
 
     sounds = sorted(f for f in folder.iterdir() if f.suffix.lower() in AUDIO_SUFFIXES and f.is_file())
     if not sounds:
-        raise AttnvizError(f"--audio-dir {folder}: no .wav, .flac or .ogg files; give the folder of recordings")
+        kinds = (
+            f"{', '.join(AUDIO_SUFFIXES[:-1])} or {AUDIO_SUFFIXES[-1]}"
+            if len(AUDIO_SUFFIXES) > 1
+            else AUDIO_SUFFIXES[0]
+        )
+        raise AttnvizError(f"--audio-dir {folder}: no {kinds} files; give the folder of recordings")
     if len(sounds) > MAX_FILES:
         raise AttnvizError(f"--audio-dir {folder}: more than {MAX_FILES:,} recordings; split the folder")
     return sounds

@@ -99,6 +99,13 @@ def _same_tokens(ra, rb) -> None:
         if ta is None or tb is None:
             continue
         la, lb = list(ta.labels), list(tb.labels)
+        if la != lb and _window_frames(ra, len(la)) and _window_frames(rb, len(lb)) and len(la) != len(lb):
+            fa, fb = ra.audio.frame_seconds, rb.audio.frame_seconds
+            raise AttnvizError(  # (a speech model's "tokens" are its encoder's frames: nothing was tokenised)
+                f"A and B hear the clip through windows of different lengths: A's encoder has {len(la)} frames of "
+                f"{fa * 1000:g} ms ({len(la) * fa:.2f} s), B's {len(lb)} of {fb * 1000:g} ms ({len(lb) * fb:.2f} s); "
+                "compare speech models whose feature extractors share a window (chunk_length)"
+            )
         if la != lb:
             i = next((i for i, (x, y) in enumerate(zip(la, lb)) if x != y), min(len(la), len(lb)))
             x = repr(la[i]) if i < len(la) else "the end"
@@ -107,6 +114,16 @@ def _same_tokens(ra, rb) -> None:
                 f"A and B tokenise the input differently: token {i} is {x} in A and {y} in B "
                 f"({len(la)} and {len(lb)} tokens); compare models that share a tokenizer, or give --inputs FEEDS.npz"
             )
+
+
+def _window_frames(r, n: int) -> bool:
+    """Whether ``n`` positions are a speech result's encoder frames over its whole window (the features' mel frames
+    times the hop, in frames of ``frame_seconds``)."""
+    a = r.audio
+    if a is None or not a.frame_seconds:
+        return False
+    window = a.features.shape[-1] * a.hop / a.rate
+    return abs(n * a.frame_seconds - window) < a.frame_seconds
 
 
 def row_stack(site, vision_tower: bool = False) -> str:
@@ -281,11 +298,12 @@ def _sample_input(args) -> None:
     from attnviz.core.notice import say
     from attnviz.runtime.sample import no_input, sample_for_path
 
-    found = sample_for_path(args.model) if Path(str(args.model)).is_file() else None
+    # a file, or a speech folder (its sample clip is in its encoder's metadata, as `figure` reads it)
+    found = sample_for_path(args.model) if Path(str(args.model)).exists() else None
     sample = found.values if found is not None else {}
-    if not set(sample) & {"text", "image"}:
+    if not set(sample) & {"text", "image", "audio"}:
         raise AttnvizError(no_input(args.model))
-    for key in ("text", "text_pair", "image"):
+    for key in ("text", "text_pair", "image", "audio"):
         if key in sample and getattr(args, key) is None:
             setattr(args, key, sample[key])
     if not args.generate and sample.get("generate") is not None:

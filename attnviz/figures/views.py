@@ -296,7 +296,8 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     layers = [style.only_layer] if style.only_layer is not None else list(range(block.n_layers))
     # the screen's thumbnails: the same filters, max-pooled to the same size (sharp peaks survive at 512 tokens)
     thumbs = vm.thumbnails(result, sel, vm.THUMB, blocks)  # every block: the screen's overview shares one scale
-    top_weight = vm.overview_top(thumbs, sel.scale, sel.vmax)
+    colours = vm.overview_colours(result, blocks, thumbs, sel.scale, sel.log, sel.vmax)  # the screen's scale
+    top_weight = colours.top
     maps = {(li, h): thumbs[(bi, li, h)] for li in layers for h in range(block.heads_in(li))}
     notes = vm.map_notes(result, sel, blocks)  # not the map itself: a tower's frames are never laid out for it
     H = max(block.heads_in(li) for li in layers)
@@ -332,7 +333,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     windows = [note] if note is not None and not one else []
     whole_title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
     norm = _norm(style, sel.log, max(top_weight, 1e-6))
-    bar_label = vm.overview_label(sel.log, sel.scale, sel.vmax)
+    bar_label = colours.label
     tick_texts = [text for _, text in vm.scale_ticks(norm.vmin, norm.vmax, sel.log)]
     # the colour bar's margin holds its tick labels and its label, wrapped to the bar's length: a fixed 0.9 in cut
     # "(fixed 0–1)" off a single-column figure at --font-size 11 (the bar's length depends on the margin: twice

@@ -20,22 +20,28 @@ from attnviz.runtime.sample import sample_for_path
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = {name: ROOT / "models" / f"{name}.onnx" for name in ("sequence-classification", "vit-classification")}
+MODELS["spoken-digits"] = ROOT / "models" / "spoken-digits"  # a speech folder: its sample clip (speech30: refused)
 
 
-@pytest.mark.parametrize("name, key", [("sequence-classification", "text"), ("vit-classification", "image")])
+@pytest.mark.parametrize(
+    "name, key", [("sequence-classification", "text"), ("vit-classification", "image"), ("spoken-digits", "audio")]
+)
 def test_no_input_compares_on_model_as_sample(tmp_path, capsys, name, key):
     import pyarrow.parquet as pq
 
     model = MODELS[name]
     if not model.exists():
         pytest.skip(f"demo model {model.name} is not in this checkout")
+    if key == "audio":
+        pytest.importorskip("soundfile")
     sample = sample_for_path(model).values
     assert key in sample
     capsys.readouterr()
     assert main(["compare", str(model), str(model), "--out", str(tmp_path / "fallback")]) == 0
     err = capsys.readouterr().err
     notes = [line for line in err.splitlines() if "sample input" in line]
-    assert notes == [f"attnviz: note: no input given; using model A's sample input for both models ({key})"], err
+    said = {"audio": "audio clip, generate 8"}.get(key, key)  # (the speech demo's sample generates its words)
+    assert notes == [f"attnviz: note: no input given; using model A's sample input for both models ({said})"], err
     run = json.loads((tmp_path / "fallback" / "run.json").read_text())
     assert run["input"][key] == sample[key]
     assert (

@@ -57,8 +57,10 @@ def check_map(hm, fig, top: float | None | bool = False):
     title = next(a for a in fig.axes if a.get_title()).get_title()  # above the series when there is one
     assert unescape(title.replace("\n", " · ")).endswith(mv.title)
     assert hm.full_title == mv.title
-    shown = hm.plot.getPlotItem().titleLabel.text  # the title as drawn: whole, or cut with '…' to the view
-    assert shown == mv.title or (shown.endswith("…") and mv.title.startswith(shown[:-1]))
+    # the title as drawn: whole on one line or two (broken between its parts), or a line cut with '…' to the view
+    lines = hm.plot.getPlotItem().titleLabel.text.split("<br>")
+    assert len(lines) <= 2 and all(line.removesuffix("…") in mv.title for line in lines)
+    assert " · ".join(lines) == mv.title or any(line.endswith("…") for line in lines)
     cbar = next(
         a for a in fig.axes if a is not ax and a.get_visible() and not a.lines
     )  # the colour bar's words ("special tokens removed" when they were)

@@ -20,6 +20,7 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("onnxruntime")
 
 from gui_helpers import demo, kind_by_hand, open_and_wait, shown_tab, speech_demo
+from spoken_demo import hand_thumbnails
 
 from attnviz.cli import main
 from attnviz.core.view import OPENING_VIEWS
@@ -110,6 +111,11 @@ def test_the_speech_demos_maps_end_with_the_clip_on_screen_and_on_paper(qtbot, r
     note = f"the clip: frames 0–{clip - 1} of 200 (padding cut)"
     w.select_view("overview")
     assert note in w.overview.info.text()
+    # its one scale: the 99.5th percentile of every head's thumbnail (pooled from the maps by hand), said in words
+    cells = np.concatenate([t.ravel() for t in hand_thumbnails(w.session.result, clip)])
+    assert w.overview.levels[1] == pytest.approx(float(np.percentile(cells, 99.5)), rel=1e-6)
+    assert "99.5th percentile of all heads" in w.overview.colorbar.axis.labelText
+    assert f"one scale 0–{w.overview.levels[1]:.3g}" in w.overview.info.text()
     box.setChecked(True)  # the whole window
     assert w.session.sel.padding and note not in w.overview.info.text()
     ours = export(qtbot, w, "heatmap", tmp_path / "window-padding.png")

@@ -107,11 +107,13 @@ from attnviz.core.view.image_from import (
 from attnviz.core.view.image_heads import HeadsOverlay, heads_overlay, image_heads
 from attnviz.core.view.labels import (
     MAX_LABEL_CHARS,
+    TITLE_SEP,
     clean_label,
     clean_labels,
     frame_step,
     tick_indices,
     time_tick_indices,
+    title_lines,
 )
 from attnviz.core.view.link_cut import DEFAULT_LINK_CUT, LINK_CUTS, RECIPE_LINK_CUT, LinkCut, check_link_cut
 from attnviz.core.view.links import (
@@ -155,6 +157,7 @@ from attnviz.core.view.overview import (
     thumbnails_kept,
     windows_note,
 )
+from attnviz.core.view.overview_scale import OVERVIEW_SCALES, SPEECH_PERCENTILE, OverviewScale, overview_colours
 from attnviz.core.view.palette import (
     DEFAULT_SCALE,
     HEAD_COLOURS,
@@ -369,6 +372,12 @@ __all__ = [
     "overlay_view",
     "default_image_query",
     "focus_heads",
+    "overview_colours",
+    "TITLE_SEP",
+    "title_lines",
+    "OVERVIEW_SCALES",
+    "OverviewScale",
+    "SPEECH_PERCENTILE",
     "overview_label",
     "overview_scale",
     "overview_top",

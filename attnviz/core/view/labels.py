@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -113,3 +114,20 @@ def time_tick_indices(lo: int, hi: int, step: float, fit: int, focus: int | None
         near = (hi - lo + 1) / fit  # about one label's extent in frames
         ticks = sorted({i for i in ticks if abs(i - focus) >= near} | {int(focus)})
     return ticks if ticks else tick_indices(hi - lo + 1, fit, None if focus is None else focus - lo)
+
+
+TITLE_SEP = " · "  # what a map's title joins its parts with ("decoder cross-attention · layer 1 · head 0 · ...")
+
+
+def title_lines(title: str, width: Callable[[str], float], room: float) -> list[str]:
+    """``title`` on one line where it fits in ``room`` (``width`` measures a text), else on two, broken between two
+    of its parts (at :data:`TITLE_SEP`) where the wider line is narrowest: the lines come out about even, and each
+    part stays whole where two lines hold it (the caller cuts a line still too wide with "…").  A map's title names
+    the block, layer and head first and a speech clip's "the clip: frames 0–115 of 200 (padding cut)" last: cut to
+    one line at 1400 px, that note read "(pa…", the part that says the map is not the whole padded window."""
+    parts = title.split(TITLE_SEP)
+    if len(parts) < 2 or width(title) <= room:
+        return [title]
+    splits = [(TITLE_SEP.join(parts[:k]), TITLE_SEP.join(parts[k:])) for k in range(1, len(parts))]
+    first, rest = min(splits, key=lambda two: max(width(two[0]), width(two[1])))
+    return [first, rest]

@@ -29,8 +29,8 @@ class OpeningView:
 _BROWSE = "every head at a glance on screen; one map on paper"
 
 # kind -> where it opens.  Speech opens on Audio regions: a Whisper decoder row spreads ~0.07 a frame over its
-# word's segment, so the cross-attention thumbnails are dim on the fixed 0–1 scale, and its head map is 200
-# source columns wide; Audio regions draw the word's curve over the sound, on the curve's own scale, in seconds.
+# word's segment (its Overview has a scale of its own for that: core/view/overview_scale.py), and its head map is
+# 200 source columns wide; Audio regions draw the word's curve over the sound, on the curve's own scale, in seconds.
 OPENING_VIEWS: dict[str, OpeningView] = {
     "speech": OpeningView("audio", "audio", "the word's attention over the sound, in seconds, on its own scale"),
     "dual encoder": OpeningView("overview", "heatmap", _BROWSE),  # CLIP, SigLIP: two towers

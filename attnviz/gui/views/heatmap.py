@@ -231,6 +231,10 @@ class HeatmapWidget(QWidget):
         self.colorbar.axis.enableAutoSIPrefix(False)
         self._diverging = False  # the colour bar holds the diverging map (an A − B map is drawn)
         self.colorbar.setImageItem(self.image, insert_in=pi)
+        # the title spans the whole plot, the query axis's labels and the colour bar included, not the map's column
+        # alone: at 1000 px the map is ~190 px wide and "decoder cross-attention · l…" was all it said
+        pi.layout.removeItem(pi.titleLabel)
+        pi.layout.addItem(pi.titleLabel, 0, 0, 1, pi.layout.columnCount())
         pen = QPen(QColor(255, 255, 255, 230))
         pen.setCosmetic(True)
         pen.setWidthF(1.6)
@@ -326,22 +330,29 @@ class HeatmapWidget(QWidget):
             self.set_hover(-1, -1)
 
     def _show_title(self) -> None:
-        """The title on one line, cut with '…' where the view is narrower, its tooltip the title whole.  pyqtgraph
+        """The title on one line, on two where the view is narrower (:func:`~attnviz.core.view.title_lines`), a line
+        still too wide cut with '…' and the tooltip then the title whole.  pyqtgraph
         makes a title's width its column's minimum: a long one (a speech clip's "the clip: frames 0–115 of 200")
         widened the plot past a 1000-px window's view, the map cut at 1 s and the colour bar off screen."""
         pi = self.plot.getPlotItem()
         font = QFont()
         font.setPointSizeF(10.0)  # the size the title is drawn at
-        # the title's column lies over the map's: the view's width less the axis and the colour bar beside it
-        least = Qt.SizeHint.MinimumSize
-        beside = pi.effectiveSizeHint(least).width() - pi.titleLabel.effectiveSizeHint(least).width()
-        room = max(40, int(self.plot.viewport().width() - beside - 8))
-        shown = QFontMetrics(font).elidedText(self.full_title, Qt.TextElideMode.ElideRight, room)
+        # the title's row spans the plot: the view's width less the plot's margins
+        left, _, right, _ = pi.layout.getContentsMargins()
+        room = max(40, int(self.plot.viewport().width() - left - right - 8))
+        metrics = QFontMetrics(font)
+        lines = vm.title_lines(self.full_title, metrics.horizontalAdvance, room)  # two where one line is too wide
+        cut = [metrics.elidedText(line, Qt.TextElideMode.ElideRight, room) for line in lines]
+        shown = "<br>".join(cut)
         if pi.titleLabel.text != shown:
             pi.setTitle(shown, size="10pt")
+            if len(cut) > 1:  # (pyqtgraph holds the title's row at 30 px: one line)
+                height = math.ceil(pi.titleLabel.item.boundingRect().height()) + 2
+                pi.titleLabel.setMaximumHeight(height)
+                pi.layout.setRowFixedHeight(0, height)
             # the plot stays as wide as a longer title made it until the view is resized: fit it to the view again
             pi.setGeometry(QRectF(self.plot.range))
-        pi.titleLabel.setToolTip(self.full_title if shown != self.full_title else "")
+        pi.titleLabel.setToolTip(self.full_title if cut != lines else "")  # said whole unless a line was cut
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)

@@ -51,6 +51,7 @@ class OverviewView(View):
         self._titles: list = []  # (block title, its top row, its text whole)
         self.levels = (0.0, 1.0)
         self.vmax = 1.0
+        self.scale = vm.OverviewScale(1.0, vm.overview_label(False, "fixed"), "fixed scale 0–1")  # (as drawn last)
         self._drawn_key = None
         # File ▸ Compare with…: a frame around each head, coloured by its divergence from model B
         self.frames: dict[tuple[int, int, int], QGraphicsRectItem] = {}
@@ -188,9 +189,11 @@ class OverviewView(View):
     def redraw(self, use_cache: bool = True) -> None:
         """Redraw every thumbnail on one shared scale (``use_cache=False`` also recomputes the pooling)."""
         maps = self.thumbnail_maps(use_cache)
-        scale, top = self.session.sel.scale, self.session.sel.vmax
-        vmax = vm.overview_top(maps, scale, top)  # one scale over every block: 0–1, their largest weight or by hand
-        log = self.session.sel.log
+        s = self.session
+        log = s.sel.log
+        # one scale over every block: 0–1, their largest weight, a speech model's percentile, or by hand
+        self.scale = vm.overview_colours(s.result, s.blocks, maps, s.sel.scale, log, s.sel.vmax)
+        vmax = self.scale.top
         self.vmax = vmax
         self.levels = style.display_levels(np.array([0.0, vmax]), log)
         for key, img in self.thumbs.items():
@@ -199,7 +202,8 @@ class OverviewView(View):
                 continue
             img.setImage(style.display_values(m, log, self.levels), autoLevels=False, levels=self.levels)
             img.setRect(self.cells[key])  # setImage keeps the old pixel scale; re-fit the cell
-        style.set_colorbar(self.colorbar, self.levels, log, vm.overview_label(log, scale, top))
+        style.set_colorbar(self.colorbar, self.levels, log, self.scale.label)
+        self.colorbar.setToolTip(f"{self.scale.label}: {self.scale.note}")
 
     def draw(self) -> None:
         s = self.session
@@ -311,7 +315,7 @@ class OverviewView(View):
         self.focus_box.setRect(rect.adjusted(-pad, -pad, pad, pad))
         self.focus_box.show()
         self.info.setText(
-            f"{len(self.thumbs)} heads · {'scale' if self.session.sel.vmax else 'shared scale'} 0–{self.vmax:.3g} · focus: {blk.name} · {vm.head_what(blk, s)}"
+            f"{len(self.thumbs)} heads · {self.scale.note} · focus: {blk.name} · {vm.head_what(blk, s)}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
             + (f" · {clip}" if (clip := vm.clip_note(self.session.result, self.session.blocks, s)) else "")
             + (f" · {self.session.comparison.frames_note()}" if self.session.comparison is not None else "")

@@ -22,6 +22,7 @@ from attnviz.app.fields import LABELS
 from attnviz.app.rules import takes_audio
 from attnviz.core import preprocess
 from attnviz.gui.widgets.texts_box import TextsBox, split_lines
+from attnviz.runtime.audio import AUDIO_SUFFIXES
 from attnviz.runtime.request import MAX_BEAMS, AnalyzeRequest
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 EDITED = "input changed: press Run to see it"  # the progress bar after an edit (the views keep the last run)
 MAX_SECONDS = 86400.0  # a day of sound: the field's top (the reader takes the first S seconds from the header)
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff)"
-AUDIO_FILTER = "Sound files (*.wav *.flac *.ogg);;All files (*)"
+AUDIO_FILTER = f"Sound files ({' '.join('*' + s for s in AUDIO_SUFFIXES)});;All files (*)"  # what load_audio reads
 # a speech model's decoder text is its transcript: what `--text-pair` means on the command line for the same model
 TRANSCRIPT_HINT = "transcript, or empty to generate one"
 TRANSCRIPT_TIP = (
