@@ -10,7 +10,9 @@ SentencePiece's byte tokens are (``<0xE6>``), so a reader sees they are part of 
 from __future__ import annotations
 
 import functools
-import json
+
+from attnviz import AttnvizError
+from attnviz.core.untrusted import parse_json
 
 
 @functools.cache
@@ -28,8 +30,8 @@ def is_byte_level(decoder_state: bytes | str | None) -> bool:
     if not decoder_state:
         return False
     try:
-        spec = json.loads(decoder_state)
-    except ValueError:
+        spec = parse_json(decoder_state, "the tokenizer's decoder")
+    except AttnvizError:
         return False
     parts = spec.get("decoders") if isinstance(spec, dict) else None
     specs = [spec, *(parts if isinstance(parts, list) else [])]

@@ -16,10 +16,13 @@ import pytest
 from attnviz.runtime.inputs import HFTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "figures"))
-from _pdftext import pdf_text  # noqa: E402
+from _pdftext import pdf_text
 
 TEXT = "naïve café’s 注意力机制 الانتباه هو جوهر 🙂 done\nend"
-TRAIN = [TEXT.replace("力", "").replace("🙂", "") * 20, "the cat sat on the mat " * 20]  # '力' and '🙂' left unmerged: split bytes
+TRAIN = [
+    TEXT.replace("力", "").replace("🙂", "") * 20,
+    "the cat sat on the mat " * 20,
+]  # '力' and '🙂' left unmerged: split bytes
 
 
 @pytest.fixture(scope="module")
