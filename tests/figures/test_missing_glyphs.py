@@ -48,3 +48,21 @@ def test_the_figure_command_says_it_once(tmp_path, capsys):
     clean = save_npz(text_result(n_layers=1, heads=1, tokens=TOKENS[:2] + TOKENS[3:4]), tmp_path / "c.npz")
     assert main(["figure", "--maps", str(clean), "--out", str(tmp_path / "g.svg"), "--dpi", "40"]) == 0
     assert "font" not in capsys.readouterr().err
+
+
+def test_the_window_export_says_it_in_the_status_bar(tmp_path):
+    """File ▸ Export view writes through app/export_recipe.py: its status line carries the same note."""
+    from attnviz.app.export_recipe import RunSources, save_with_recipe
+    from attnviz.core.view import default_selection
+    from attnviz.figures import FigureStyle
+
+    result = text_result(n_layers=1, heads=1, tokens=TOKENS)
+    done = save_with_recipe(
+        result, "heatmap", default_selection(result), tmp_path / "w.pdf", FigureStyle(dpi=40), RunSources()
+    )
+    assert (tmp_path / "w.pdf").read_bytes().startswith(b"%PDF")
+    assert done.status().endswith(
+        ". Note: 2 characters of the figure's text (\u0378 \u0379) are in no installed font and print as empty boxes; "
+        "install a font that has them (Chinese, Japanese, Korean: Noto Sans CJK, Debian/Ubuntu package "
+        "fonts-noto-cjk) and draw the figure again"
+    ), done.status()
