@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import warnings
 
+import pytest
 from cli_run import run_cli
 from figure_data import text_result
 
@@ -50,6 +51,7 @@ def test_the_figure_command_says_it_once(tmp_path, capsys):
     assert "font" not in capsys.readouterr().err
 
 
+@pytest.mark.filterwarnings("ignore:Glyph")  # (pytest shows warnings its own way; the status line is the subject)
 def test_the_window_export_says_it_in_the_status_bar(tmp_path):
     """File ▸ Export view writes through app/export_recipe.py: its status line carries the same note."""
     from attnviz.app.export_recipe import RunSources, save_with_recipe
