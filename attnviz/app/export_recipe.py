@@ -79,20 +79,23 @@ class WindowExport:
     path: Path
     recipe: Path | None = None
     why_not: str | None = None
+    glyphs: str | None = None  # the characters no installed font has (printed as boxes), as `figure`'s note says
 
     def status(self) -> str:
         if self.recipe is not None:
-            return f"Exported {self.path} and its recipe {self.recipe.name} (attnviz figure --recipe draws it again)"
-        return f"Exported {self.path}; no recipe: {self.why_not}"
+            said = f"Exported {self.path} and its recipe {self.recipe.name} (attnviz figure --recipe draws it again)"
+        else:
+            said = f"Exported {self.path}; no recipe: {self.why_not}"
+        return f"{said}. Note: {self.glyphs}" if self.glyphs else said
 
 
-def without_recipe(path, why: str) -> WindowExport:
+def without_recipe(path, why: str, glyphs: str | None = None) -> WindowExport:
     """A figure written with no recipe (a comparison's): an earlier export's recipe beside it goes, since it would
     draw that figure, not this one."""
     from attnviz.figures.recipe import recipe_path_for
 
     recipe_path_for(path).unlink(missing_ok=True)
-    return WindowExport(Path(path), None, why)
+    return WindowExport(Path(path), None, why, glyphs)
 
 
 def save_with_recipe(result, view: str, selection, path, figure_style, sources: RunSources) -> WindowExport:
@@ -100,13 +103,15 @@ def save_with_recipe(result, view: str, selection, path, figure_style, sources: 
     (the two written together, as `figure` writes them)."""
     from attnviz.core.rows import pick_row
     from attnviz.core.writes import atomic_write_bytes, atomic_write_files
-    from attnviz.figures import encoded_figure, figure_format, render_figure  # (lazily: matplotlib loads with them)
+    from attnviz.figures import encoded_figure, figure_format, glyph_note, render_figure  # (lazily: with matplotlib)
     from attnviz.figures.from_selection import batch_row, recipe_figure
     from attnviz.figures.recipe import RECIPE_FLAG, make_recipe, recipe_bytes, recipe_path_for
 
     path = Path(path)
     rpath = recipe_path_for(path)
-    data = encoded_figure(render_figure(result, view, selection, figure_style), path, flag="")
+    fig = render_figure(result, view, selection, figure_style)
+    glyphs = glyph_note(fig)
+    data = encoded_figure(fig, path, flag="")
     try:
         keywords = sources.recipe_keywords(batch_row(result, selection))
         check = recipe_figure(result, view, selection, figure_style, figure_format(path), data)
@@ -114,7 +119,7 @@ def save_with_recipe(result, view: str, selection, path, figure_style, sources: 
             raise AttnvizError(check.why_not or "the command line cannot draw this figure")
     except AttnvizError as e:
         atomic_write_bytes(path, data, "")
-        return without_recipe(path, str(e))
+        return without_recipe(path, str(e), glyphs)
     recipe = make_recipe(check.spec, output=path, **keywords)
     info = (pick_row(result, selection.batch) if result.batch_size > 1 else result).info or {}
     recipe["run"] = {"provider_used": info.get("provider")}  # as `figure` records it
@@ -123,4 +128,4 @@ def save_with_recipe(result, view: str, selection, path, figure_style, sources: 
     if info.get("fidelity"):
         recipe["run"]["fidelity"] = list(info["fidelity"])
     atomic_write_files([(path, data, ""), (rpath, recipe_bytes(recipe, rpath), RECIPE_FLAG)])
-    return WindowExport(path, rpath)
+    return WindowExport(path, rpath, glyphs=glyphs)

@@ -37,6 +37,7 @@ _LAZY = {
     "figure_bytes": "attnviz.figures.render",
     "figure_format": "attnviz.figures.render",
     "encoded_figure": "attnviz.figures.render",
+    "glyph_note": "attnviz.figures.render",
     "applicable_views": "attnviz.figures.render",
     "why_not": "attnviz.figures.render",
     "style": "attnviz.figures.render",

@@ -554,7 +554,7 @@ def run(args) -> int:
 def _draw(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, unread_keys_note
-    from attnviz.figures.render import figure_format, render_spec, save_figure, save_figure_and_recipe
+    from attnviz.figures.render import figure_format, glyph_note, render_spec, save_figure, save_figure_and_recipe
     from attnviz.figures.select import block_label, resolve_block
     from attnviz.figures.sources import load_result
     from attnviz.figures.spec import FigureSpec
@@ -668,6 +668,7 @@ def _draw(args) -> int:
     said_later.append(_one_head_note(spec))
     if not args.all_heads:
         fig = render_spec(result, spec)
+        said_later.append(glyph_note(fig))
         for line in (note, *said_later):
             if line:
                 say(line)
@@ -694,15 +695,20 @@ def _draw(args) -> int:
         from attnviz.figures.select import check_layer
 
         jobs = [(l, h) for l, h in jobs if l == check_layer(block, spec.layer)]
+    glyphs = None
     for k, (l, h) in enumerate(jobs):
         _progress(k, len(jobs), f"L{l} H{h}")
         one = FigureSpec(**dict(spec.to_dict(), block=bi, layer=l, head=h, heads=None, agg=None))
         target = folder / f"{prefix}L{l:02d}_H{h:02d}.{fmt}"
+        drawn = render_spec(result, one)
+        glyphs = glyph_note(drawn) if k == 0 else glyphs  # (every head's figure has the same tokens)
         if args.no_recipe:
-            save_figure(render_spec(result, one), target)
+            save_figure(drawn, target)
         else:
-            save_figure_and_recipe(render_spec(result, one), target, recipe_for(one, target), recipe_path_for(target))
+            save_figure_and_recipe(drawn, target, recipe_for(one, target), recipe_path_for(target))
     _progress(len(jobs), len(jobs), "done")
+    if glyphs:
+        say(glyphs)
     print(f"wrote {len(jobs)} figures to {folder}")
     say_run_notes(result.info)
     return 0

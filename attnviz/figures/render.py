@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from attnviz.core.rows import beam_rows, pick_row, scored_rows
 from attnviz.core.setting_words import name as setting_name
 from attnviz.core.view import Selection
 from attnviz.core.writes import atomic_write_bytes
+from attnviz.figures import glyphs
 from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec, FigureStyle
 from attnviz.figures.views import VIEW_DRAWERS
 
@@ -47,6 +49,16 @@ FALLBACK_FONTS = (
     "Hiragino Sans",
     "Arial Unicode MS",
 )
+
+
+# matplotlib's own warning, one a missing glyph and naming its source line: the figure command says it once instead,
+# with the characters and the fix (glyph_note)
+warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
+
+
+def glyph_note(fig: Figure) -> str | None:
+    """One line naming the characters of ``fig``'s text that no font it draws with has (printed as boxes), or None."""
+    return glyphs.glyph_note(fig, tuple(RC["font.sans-serif"]))
 
 
 def _installed(names) -> list[str]:

@@ -18,6 +18,7 @@ from attnviz.core.attention import PatchGrid
 from attnviz.core.setting_words import fix as fix_words
 from attnviz.core.untrusted import npz_problem, open_regular, parse_json, read_bytes, regular_file
 from attnviz.core.words import dtype_words
+from attnviz.runtime import byte_tokens as bt
 from attnviz.runtime import tokenizer_file as tf
 from attnviz.runtime.quiet_stderr import muted as _rust_guard  # the one stderr redirection, every thread's
 from attnviz.runtime.raster import open_raster
@@ -234,12 +235,15 @@ class HFTokenizer(TextEncoder):
         unk = getattr(kind, "unk_token", None)
         self.unk_id = tok.token_to_id(unk) if isinstance(unk, str) and unk else None
         self._special = set()
+        self._added = set()  # written as they read, never as a byte-level BPE's byte stand-ins
         try:
             for t in tok.get_added_tokens_decoder().values():
+                self._added.add(t.content)
                 if t.special:
                     self._special.add(t.content)
         except Exception:
             pass
+        self.byte_level = _byte_level(tok)
 
     def token_id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)
@@ -273,8 +277,16 @@ class HFTokenizer(TextEncoder):
 
     def encode(self, text, pair=None, add_special=True):
         enc, out = self._encode(text, pair, add_special)
-        out.tokens = [clean_token(t) for t in enc.tokens]
+        out.tokens = [self._clean(t) for t in enc.tokens]
         return out
+
+    def _clean(self, t: str) -> str:
+        """The label of token ``t``: a byte-level BPE's bytes read as the text they stand for ('café', '注意',
+        not 'cafÃ©', 'æ³¨æĦı'), then :func:`clean_token`."""
+        text = bt.token_text(t) if self.byte_level and t not in self._added else None
+        if text is None:
+            return clean_token(t)
+        return text.replace("\n", "\\n").strip() or clean_token(t)
 
     def encode_ids(self, text, pair=None, add_special=True):
         return self._encode(text, pair, add_special)[1]  # the labels cost a quarter of the encoding
@@ -343,7 +355,7 @@ class HFTokenizer(TextEncoder):
 
     def label(self, i):
         t = self.tok.id_to_token(int(i))
-        return clean_token(t) if t is not None else f"<{i}>"
+        return self._clean(t) if t is not None else f"<{i}>"
 
     def decode(self, ids):
         """The tokenizer's own decoding (a byte-level BPE's bytes joined into text, spaces where its tokens hold
@@ -509,6 +521,15 @@ def _check_template(cfg) -> None:
                     raise tf.TemplateError(
                         f"its post_processor template uses special token {tok.get('id')!r} that it does not define"
                     )
+
+
+def _byte_level(tok) -> bool:
+    """Whether ``tok`` (a tokenizers Tokenizer) decodes as a byte-level BPE (its tokens stand for bytes)."""
+    try:
+        dec = tok.decoder
+        return dec is not None and bt.is_byte_level(dec.__getstate__())
+    except Exception:  # a decoder the library cannot describe: its tokens are shown as stored
+        return False
 
 
 def clean_token(t: str) -> str:

@@ -44,6 +44,17 @@ def test_clean_label():
     assert [vm.clean_label(t) for t in ["Ġthe", "▁cat", "Ċ", " ", "a" * 30]] == ["the", "cat", "↵", "␣", "a" * 17 + "…"]
 
 
+def test_a_label_is_cut_by_its_width_a_wide_character_counting_two():
+    """18 columns as a terminal counts them: a Chinese character is as wide as two Latin letters, so a 13-character
+    Chinese token (26 columns) keeps 8 characters and the ellipsis (17 columns), as 'a' * 30 keeps 17 letters."""
+    zh = "注意力机制是变换器的核心。"  # 13 characters, each East Asian Wide
+    assert vm.clean_label(zh) == "注意力机制是变换…"
+    assert vm.clean_label(zh[:9]) == zh[:9]  # 18 columns: whole
+    assert vm.clean_label("ab" + zh) == "ab注意力机制是变…"  # 2 + 14 columns, then the ellipsis
+    assert vm.clean_label("ＡＢＣＤＥＦＧＨＩＪ") == "ＡＢＣＤＥＦＧＨ…"  # fullwidth Latin: two columns each
+    assert vm.clean_label("café naïve résumé!") == "café naïve résumé!"  # 18 narrow characters: whole
+
+
 def _encdec(prompt_len: int):
     """Source of 5 tokens; 3 generated words, the decoder fed ``<s>`` + all but the last."""
     rng = np.random.default_rng(0)

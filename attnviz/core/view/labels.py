@@ -10,11 +10,31 @@ from __future__ import annotations
 import functools
 import math
 import re
+import unicodedata
 from collections.abc import Callable
 
 import numpy as np
 
-MAX_LABEL_CHARS = 18
+MAX_LABEL_CHARS = 18  # in columns: a wide character (Chinese, Japanese, Korean; East Asian Wide or Fullwidth) takes two
+
+
+def _columns(c: str) -> int:
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
+def _cut(s: str, limit: int) -> str:
+    """``s`` cut to ``limit`` columns, an ellipsis ending it where it was cut: 18 Chinese characters are as wide as
+    36 Latin letters, and a figure's margin is sized to its widest label (a 13-character Chinese token shrank a
+    3.5-in figure's map by a third)."""
+    if sum(map(_columns, s)) <= limit:
+        return s
+    used, out = 0, []
+    for c in s:
+        used += _columns(c)
+        if used > limit - 1:
+            break
+        out.append(c)
+    return "".join(out) + "…"
 
 
 def clean_label(tok: str) -> str:
@@ -30,9 +50,7 @@ def clean_label(tok: str) -> str:
     s = s.replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
     if not s.strip():
         s = "␣"
-    if len(s) > MAX_LABEL_CHARS:
-        s = s[: MAX_LABEL_CHARS - 1] + "…"
-    return s
+    return _cut(s, MAX_LABEL_CHARS)
 
 
 @functools.lru_cache(maxsize=16)
