@@ -250,7 +250,12 @@ def run_corpus(args) -> int:
     # without a KL (an output that is no distribution) the mean over items of each item's largest |Δ| ranks: the
     # corpus-wide largest let one outlier item decide
     top = sorted(r.rows, key=_corpus_rank)
-    measures = {"ablation_kl": "mean KL(base ‖ ablated), bits", "ablation_delta_loss": "Δloss, nats"}
+    # Δ's direction said: "Δloss +0.23" read either way (does switching the head off raise the loss or lower it?)
+    measures = {
+        "ablation_kl": "mean KL(base ‖ ablated), bits",
+        "ablation_delta_loss": "Δloss = ablated − base, nats",
+        "ablation_delta_acc": "Δacc = ablated − base accuracy",
+    }
     said = _measured(r.rows, measures, run["output"], corpus=True)
     if not args.all_heads:  # one joint ablation: its numbers once (every row repeats them), not a ranking of equals
         print(f"output change, all {len(r.rows)} together ({said}): {_said(top[0])}")
