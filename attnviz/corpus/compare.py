@@ -256,6 +256,9 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         },
         "input": given_input(args, ("text", "text_pair", "image", "audio", "inputs", "generate")),
         "tokens": list(ra.tokens.labels) if ra.tokens is not None else None,
+        # the keys' tokens where they are others (an encoder-decoder's target, the decoder's rows): its decoder
+        # heads' rows were over tokens run.json did not name
+        "key_tokens": list(ra.key_tokens.labels) if ra.key_tokens is not None else None,
         "heads": len(comp.heads),
         "outputs": comp.outputs,
         "unmatched": comp.unmatched,

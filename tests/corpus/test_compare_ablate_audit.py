@@ -198,3 +198,20 @@ def test_a_joint_corpus_ablation_prints_its_numbers_once(tmp_path, capsys):
     assert "heads that matter most" not in out
     said = [line for line in out.splitlines() if line.startswith("output change, all 2 together")]
     assert len(said) == 1 and f"|Δ| {rows[0]['ablation_max_dlogit']:.4g}" in said[0]
+
+
+def test_run_json_names_an_encoder_decoder_s_target_tokens(tmp_path, capsys):
+    """The translation demo's decoder heads run over the target: run.json named only the source's tokens."""
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+    greek, english = "μακάριοι οἱ πτωχοὶ τῷ πνεύματι", "Blessed are the poor in spirit"
+    out = tmp_path / "c"
+    argv = ["compare", str(demo), str(demo), "--text", greek, "--text-pair", english, "--out", str(out)]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 0, err
+    run = json.loads((out / "run.json").read_text())
+    # the demo's target vocabulary is whole English words, after the decoder's start token
+    assert run["key_tokens"] == ["[BOS]", *english.split()]
+    assert len(run["tokens"]) == 6  # the source's WordPiece tokens: "πτωχοὶ" is two (πτωχ ##οι)
+
