@@ -184,6 +184,20 @@ def test_the_window_s_comparison_says_the_head_counts_in_one_short_line(tmp_path
     assert "2 heads in A, 4 in B at all 2 sites" in said and "same architecture" in said and "\n" not in said
 
 
+def test_the_window_s_status_names_a_deeper_b_s_extra_layer(tmp_path):
+    """A B one layer deeper: the status line said "1 sites not compared", naming neither the layer nor why."""
+    from attnviz.app.compare import compare_with
+    from attnviz.runtime import open_model
+    from attnviz.runtime.request import AnalyzeRequest
+
+    a = open_model(tiny_text_model(tmp_path / "a.onnx", layers=2, heads=2, d=8), provider="cpu")
+    b_path = tiny_text_model(tmp_path / "b.onnx", layers=3, heads=2, d=8)
+    req = AnalyzeRequest(text=TEXT)
+    held = compare_with(open_model(b_path, provider="cpu"), b_path, req, a.analyze_request(req))
+    assert len(held.comparison.heads) == 4  # A's two layers of two heads compared
+    assert held.status().endswith("; not compared: encoder self L2: only in B")
+
+
 def test_a_joint_corpus_ablation_prints_its_numbers_once(tmp_path, capsys):
     """``--heads 'encoder self 1:*' --texts``: one joint ablation.  Its heads were printed as "heads that matter
     most", each with the same (joint) numbers: a ranking of equals."""
@@ -214,4 +228,3 @@ def test_run_json_names_an_encoder_decoder_s_target_tokens(tmp_path, capsys):
     # the demo's target vocabulary is whole English words, after the decoder's start token
     assert run["key_tokens"] == ["[BOS]", *english.split()]
     assert len(run["tokens"]) == 6  # the source's WordPiece tokens: "πτωχοὶ" is two (πτωχ ##οι)
-
