@@ -439,6 +439,8 @@ def _prediction_said(change, top1, joint: bool) -> list[str]:
             return [top1.said()]
         return [f"prediction {top1.before} → {top1.after}"] if top1.changed else []
     if joint:
+        if not change.changed_positions:  # nothing moved: the last position's prediction, once
+            return [(positions_said(change) or "") + (f" (last: {top1.before})" if top1 is not None else "")]
         return [positions_said(change) or "", *([top1.said()] if top1 is not None else [])]
     if not change.changed_positions:
         return []

@@ -240,9 +240,11 @@ def positions_said(change: Change) -> str | None:
     """``top-1 changed at 2 of 9 positions`` (None for an output with no argmax)."""
     if change.changed_positions is None:
         return None
-    of = f" of {change.positions}" if change.positions is not None else ""
-    n = change.changed_positions
-    return f"top-1 changed at {n}{of} position{'s' if (change.positions or n) != 1 else ''}"
+    n, total = change.changed_positions, change.positions
+    if n == 0:  # ("changed at 0 of 6 positions" read as a change)
+        return f"top-1 unchanged at all {total} positions" if total is not None else "top-1 unchanged"
+    of = f" of {total}" if total is not None else ""
+    return f"top-1 changed at {n}{of} position{'s' if (total or n) != 1 else ''}"
 
 
 def known_heads(model: AttentionModel) -> None:

@@ -222,6 +222,11 @@ def test_ablating_every_head_of_a_copy_task_finds_the_copying_head(tmp_path, cap
     )
     joint = json.loads((tmp_path / "joint" / "run.json").read_text())["joint"]
     assert (joint["changed_positions"], joint["positions"], joint["prediction"]) == (changed, 6, str(after_last))
+    # head 0 alone (the output projection never reads it): nothing moved, said as such
+    argv = ["ablate", str(path), "--inputs", str(tmp_path / "feeds.npz"), "--heads", "encoder self 0:0"]
+    rc, printed, err = _run([*argv, "--out", str(tmp_path / "none")], capsys)
+    assert rc == 0, err
+    assert printed.splitlines()[1].endswith(f", top-1 unchanged at all 6 positions (last: {before_last})")
 
 
 def _copy_head_off(path, head: int) -> onnx.ModelProto:
