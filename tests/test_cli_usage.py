@@ -155,3 +155,14 @@ def test_top_zero_still_runs(tmp_path, capsys):
         ]
     )
     assert code == 0 and (out / "heads.parquet").is_file()
+
+
+@pytest.mark.parametrize(("command", "flag"), [("ablate", "--heads"), ("compare", "--figure-head")])
+def test_head_flags_say_heads_count_from_0(command, flag, capsys):
+    """A head spec's numbers count from 0 (the Overview's H0, the printed rows' 1:0): a researcher counting from 1
+    named the wrong head with no word from the help."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out.split(f"\n  {flag} SPEC", 1)[1]  # the flag's own entry, not the usage line
+    said = " ".join(text.split("\n  --", 1)[0].split())
+    assert "counted from 0" in said

@@ -34,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--figure-head",
         metavar="SPEC",
-        help="the head drawn, 'STACK KIND LAYER:HEAD' (e.g. 'encoder self 1:2'; default: the largest JS divergence)",
+        help="the head drawn, 'STACK KIND LAYER:HEAD' (e.g. 'encoder self 1:2', counted from 0 as the printed "
+        "rows; default: the largest JS divergence)",
     )
 
 

@@ -61,7 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--heads",
         metavar="SPEC",
         help="heads switched off together: 'STACK KIND LAYER:HEAD,...', e.g. 'encoder self 2:5,decoder cross 0:1'; "
-        "'encoder self 2:*': every head of that layer",
+        "'encoder self 2:*': every head of that layer; layers and heads counted from 0, as the window's L0 / H0 "
+        "and compare's rows",
     )
     which.add_argument("--all-heads", action="store_true", help="every head alone, one at a time")
     p.add_argument(
@@ -88,7 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean")
     p.add_argument("--image-std", type=float, nargs="+", metavar="S", help="per-channel std")
     p.add_argument(
-        "--top", type=heads_shown, default=5, metavar="K", help="heads printed, largest KL first (default 5)"
+        "--top",
+        type=heads_shown,
+        default=5,
+        metavar="K",
+        help="heads printed, largest KL first (an output with no KL, an encoder's features: largest |Δ|; default 5)",
     )
     corpus = p.add_argument_group("over a corpus (--texts)")
     corpus.add_argument(
