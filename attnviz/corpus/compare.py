@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.corpus import outfiles
-from attnviz.corpus.compare_words import no_shared_site, side_error
+from attnviz.corpus.compare_words import generated_apart, no_shared_site, side_error
 from attnviz.corpus.config import heads_shown
 from attnviz.corpus.tables import HEADS, RUN, given_input, write_heads
 
@@ -242,10 +242,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
             raise side_error(side, path, e) from None
     ra, rb = results
     if args.generate and ra.info.get("generated_ids") != rb.info.get("generated_ids"):
-        raise AttnvizError(
-            "A and B generated different tokens, so their maps are over different sequences; compare them "
-            "teacher-forced on one target (--text-pair) or without --generate"
-        )
+        raise AttnvizError(generated_apart(ra, rb))
     comp = compare_results(ra, rb, feeds)
     if not comp.heads:
         raise AttnvizError(no_shared_site(comp.unmatched))

@@ -228,3 +228,23 @@ def test_run_json_names_an_encoder_decoder_s_target_tokens(tmp_path, capsys):
     # the demo's target vocabulary is whole English words, after the decoder's start token
     assert run["key_tokens"] == ["[BOS]", *english.split()]
     assert len(run["tokens"]) == 6  # the source's WordPiece tokens: "πτωχοὶ" is two (πτωχ ##οι)
+
+
+def test_decoders_that_generate_apart_are_told_the_fix_their_kind_takes(tmp_path, capsys):
+    """Two decoder-only models whose greedy words part: the line sent them to --text-pair (an encoder's sentence
+    B, which a decoder refuses).  It now gives both generations and the fix a decoder takes, which then runs."""
+    from attnviz.runtime import open_model
+
+    a = tiny_text_model(tmp_path / "a.onnx", causal=True, classifier=False, layers=2, heads=2, seed=1)
+    b = tiny_text_model(tmp_path / "b.onnx", causal=True, classifier=False, layers=2, heads=2, seed=4)
+    words = [open_model(m, provider="cpu").analyze(text=TEXT, generate=3).generated for m in (a, b)]
+    assert words[0] != words[1]  # each model alone: the premise, two different generations
+    argv = ["compare", str(a), str(b), "--text", TEXT, "--generate", "3", "--out", str(tmp_path / "c")]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert f"(A: “{' '.join(words[0])}”; B: “{' '.join(words[1])}”)" in err
+    assert "--text-pair" not in err and "the prompt and A's (or B's) words as --text, without --generate" in err
+    rc, out, err = _run(
+        ["compare", str(a), str(b), "--text", f"{TEXT} {' '.join(words[0])}", "--out", str(tmp_path / "d")], capsys
+    )
+    assert rc == 0, err  # the fix it names runs
