@@ -333,6 +333,26 @@ def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: P
         print(f"not compared: {u}")
 
 
+def most_changed_item(items: Path, width: int = 60) -> str | None:
+    """The item whose heads moved most (its mean JS over the compared heads), from ``items.parquet``: "which verse
+    moved most?" was a parquet file to open; None when no item's heads moved."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(items, columns=["item", "text", "js_divergence", "max_abs_diff"]).to_pylist()
+    rows = [r for r in rows if r["js_divergence"] == r["js_divergence"]]  # (NaN: an item with no real rows)
+    if not rows:
+        return None
+    top = max(rows, key=lambda r: r["js_divergence"])
+    if top["js_divergence"] <= 0 and top["max_abs_diff"] <= 0:
+        return None
+    text = " ".join(str(top["text"]).split())
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    return (
+        f"most changed item: #{top['item']} (JS {top['js_divergence']:.4g} bits, |Δ| {top['max_abs_diff']:.4g}): "
+        f"“{text}”"
+    )
+
+
 # a corpus run's flags that one input has no use for, and the other way round: refused rather than ignored
 CORPUS_ONLY = ("text_pair_column", "batch_size", "max_items", "workers", "threads", "ray_address")
 # one input's flags that a corpus run has no use for: refused rather than ignored
@@ -367,6 +387,9 @@ def _run_corpus(args) -> int:
     resumed = f", resumed after {r.resumed_items}" if r.resumed_items else ""
     over = f" over {count(r.items, 'item')} ({count(r.batches, 'batch', 'batches')}{resumed})"
     _report(r.heads, r.outputs, r.unmatched, r.out, args.top, over)
+    top_item = most_changed_item(r.out / ITEMS)
+    if top_item:
+        print(top_item)
     print(f"per item: {r.out / ITEMS}; {r.wall_s:.1f} s")
     if r.note:
         from attnviz.core.notice import say
