@@ -169,7 +169,7 @@ def compare_with(
             f"A and {name} generated different words, so their maps are over different sequences; compare them "
             "without generating (generate 0) or on a given target"
         )
-    comparison = compare_results(result_a, result_b, _feeds(request))
+    comparison = compare_results(result_a, result_b, _feeds(request), window=True)
     if not comparison.heads:
         raise AttnvizError(no_shared_site(comparison.unmatched, name))
     return HeldComparison(model_b, Path(path_b), request, result_a, result_b, comparison)

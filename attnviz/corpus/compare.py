@@ -92,7 +92,9 @@ def _real_rows(feeds: dict | None, stack: str, batch: int, n_q: int):
     return m != 0
 
 
-def _same_tokens(ra, rb) -> None:
+def _same_tokens(ra, rb, window: bool = False) -> None:
+    """One line where A and B tokenise the input differently.  ``window``: the window's words, whose input has no
+    --inputs flag (the line named a command-line flag in a window message)."""
     from attnviz import AttnvizError
 
     for ta, tb in ((ra.tokens, rb.tokens), (ra.key_tokens, rb.key_tokens)):
@@ -105,7 +107,8 @@ def _same_tokens(ra, rb) -> None:
             y = repr(lb[i]) if i < len(lb) else "the end"
             raise AttnvizError(
                 f"A and B tokenise the input differently: token {i} is {x} in A and {y} in B "
-                f"({len(la)} and {len(lb)} tokens); compare models that share a tokenizer, or give --inputs FEEDS.npz"
+                f"({len(la)} and {len(lb)} tokens); compare models that share a tokenizer"
+                + ("" if window else ", or give --inputs FEEDS.npz")
             )
 
 
@@ -118,13 +121,14 @@ def row_stack(site, vision_tower: bool = False) -> str:
     return stack if site.tower is None else f"{stack} ({site.tower})"
 
 
-def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
-    """Match the two results' sites and measure every head of each matched pair."""
+def compare_results(ra, rb, feeds: dict | None = None, window: bool = False) -> Comparison:
+    """Match the two results' sites and measure every head of each matched pair (``window``: a refusal in the
+    window's words)."""
     import numpy as np
 
     from attnviz.core.compare import head_differences, output_difference
 
-    _same_tokens(ra, rb)
+    _same_tokens(ra, rb, window)
     # a dual encoder's towers both have encoder self L0..: the tower keeps them apart (None for other models)
     by_key = {(s.stack, s.kind, s.layer, s.tower): (s, m) for s, m in zip(rb.sites, rb.maps)}
     heads: list[dict] = []

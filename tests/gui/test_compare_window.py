@@ -145,6 +145,7 @@ def test_a_b_that_tokenises_differently_is_one_message_and_no_comparison(qtbot, 
         w.compare.compare_with(tmp_path / "retok.onnx")
     (text,) = sig.args
     assert "tokenise the input differently: token 2" in text and "\n" not in text
+    assert text.endswith("compare models that share a tokenizer")  # no command-line flag in the window's words
     assert w.session.comparison is None and not w.compare.indicator.isVisible()
     # a file that is no model: the opener's one line, and still no comparison
     with qtbot.waitSignal(w.error_shown, timeout=30000) as sig:
