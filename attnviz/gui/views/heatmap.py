@@ -336,7 +336,7 @@ class HeatmapWidget(QWidget):
         least = Qt.SizeHint.MinimumSize
         beside = pi.effectiveSizeHint(least).width() - pi.titleLabel.effectiveSizeHint(least).width()
         room = max(40, int(self.plot.viewport().width() - beside - 8))
-        shown = fit_title(self.full_title, QFontMetrics(font), room)
+        shown = QFontMetrics(font).elidedText(self.full_title, Qt.TextElideMode.ElideRight, room)
         if pi.titleLabel.text != shown:
             pi.setTitle(shown, size="10pt")
             # the plot stays as wide as a longer title made it until the view is resized: fit it to the view again
@@ -551,27 +551,3 @@ def _cells_in(a: float, b: float, n: int) -> tuple[int, int]:
     """The cells ``lo..hi-1`` of ``n`` any part of which lies between view coordinates ``a`` and ``b`` (a hair
     in from each edge: a view set to whole cells shows those, not its neighbours)."""
     return max(0, math.floor(a + 1e-6)), min(n, math.ceil(b - 1e-6))
-
-
-TITLE_PARTS = " · "
-LEAST_BLOCK_CHARS = 6  # the block name cut to fewer than this ("deco…") says nothing: cut the title's end instead
-
-
-def fit_title(full: str, metrics: QFontMetrics, room: int) -> str:
-    """``full`` within ``room`` pixels.  The block's name goes first ("decoder cross-attention · layer 2 · head 0 ·
-    A − B"): cut with '…' at its own end while the rest stands whole, since the block box names the block but only
-    the title's end says which head, and which of A, B or A − B, is drawn (a right cut left "decoder
-    cross-attention · layer 2 · h…" in a 1000-px window).  Where that leaves too little of the name, the name
-    goes ("… · layer 1 · mean over heads · A − B"); where the rest alone does not fit, the title is cut at its
-    end."""
-    if metrics.horizontalAdvance(full) <= room:
-        return full
-    first, sep, rest = full.partition(TITLE_PARTS)
-    if sep:
-        left = room - metrics.horizontalAdvance(sep + rest)
-        cut = metrics.elidedText(first, Qt.TextElideMode.ElideRight, left) if left > 0 else ""
-        if len(cut) > LEAST_BLOCK_CHARS and metrics.horizontalAdvance(cut + sep + rest) <= room:
-            return cut + sep + rest
-        if metrics.horizontalAdvance("…" + sep + rest) <= room:  # the name gone whole: "… · layer 1 · head 0"
-            return "…" + sep + rest
-    return metrics.elidedText(full, Qt.TextElideMode.ElideRight, room)
