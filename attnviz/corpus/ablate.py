@@ -264,7 +264,7 @@ def run_corpus(args) -> int:
     said = _measured(r.rows, measures, run["output"], corpus=True)
     if not args.all_heads:  # one joint ablation: its numbers once (every row repeats them), not a ranking of equals
         print(f"output change, all {len(r.rows)} together ({said}): {_said(top[0])}")
-    else:
+    elif args.top > 0:  # (--top 0: the files alone, no header over no line)
         print(f"heads that matter most ({said}):")
     for x in top[: args.top] if args.all_heads else []:
         print(f"  {x['stack']} {x['kind']} {x['layer']}:{x['head']}  {_said(x)}")
@@ -417,7 +417,8 @@ def run_one(args) -> int:
         measured = _measured(rows, {"ablation_kl": "KL(base ‖ ablated), bits"}, ab.output)
         if base_top1 is not None:  # the baseline each head's change is against, once
             print(base_top1.base_said())
-        print(f"heads that matter most ({measured}):")
+        if args.top > 0:  # (--top 0: the files alone, no header over no line)
+            print(f"heads that matter most ({measured}):")
         # --all-heads: one row per ablation, in the same order
         found = {id(r): (c, t) for r, c, t in zip(rows, changes, top1s, strict=True)}
         for r in top[: args.top]:

@@ -321,7 +321,7 @@ def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: P
     print(f"compared {count(len(heads), 'head')} of {count(sites, 'site')}{over} -> {out / HEADS}")
     if not moved:
         print("no head changed: every compared head's weights are the same in A and B (|Δ| 0)")
-    else:
+    elif top > 0:  # (--top 0: the files alone; a header over no line read as a list that came out empty)
         # 4 significant digits, as the window's status line: an int8 copy's JS of ~1e-6 bits read "JS 0.0000" on
         # every line at four decimals, as if nothing had moved, ranked by digits not shown
         print("most changed (JS divergence, bits; largest |Δ|; top-1 agreement):")
