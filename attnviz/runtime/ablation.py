@@ -195,11 +195,12 @@ class Ablation:
         return [tok.label(int(i)) if tok is not None else str(int(i)) for i in ids]
 
     def top1(self, got: np.ndarray) -> Top1 | None:
-        """The top prediction before → after: a classifier's label (row 0), else the token predicted after the
-        last real position of row 0 (a language model's next token); None for a forecaster's values or
+        """The top prediction before → after of an input of one row: a classifier's label, else the token
+        predicted after the last real position (a language model's next token); None for a batch, a forecaster's values or
         features.  The baseline beside the ablated run: "prediction changed" alone left a user asking from what."""
         base = self.base
-        if not self.distribution or base.ndim not in (2, 3):
+        # (a batch of several rows from --inputs: row 0's prediction alone would read as the batch's)
+        if not self.distribution or base.ndim not in (2, 3) or base.shape[0] != 1:
             return None
         if base.ndim == 2:
             labels = self.model.meta.get("labels")

@@ -530,3 +530,18 @@ def test_one_input_generation_prints_both_generations(tmp_path, capsys):
     lines = printed.splitlines()
     assert lines[-2:] == [f"generated (base):    {base}", f"generated (ablated): {off}"]
     assert off != base  # the case at stake: this head changes the words
+
+
+def test_the_base_prediction_is_said_of_one_row_not_of_row_0_of_a_batch(tmp_path):
+    """--inputs with two rows: "base prediction: B" was row 0's alone, read as the batch's."""
+    path = tiny_text_model(tmp_path / "m.onnx", layers=1, heads=2, d=8, seed=2)
+    model = open_model(path, provider="cpu")
+    labels = json.loads(next(p.value for p in onnx.load(path).metadata_props if p.key == "attnviz.labels"))
+    one = np.array([[1, 3, 4, 5, 2]], np.int64)
+    plain = _session(onnx.load(path)).run(["logits"], {"input_ids": one})[0]
+    ab = Ablation(model, [0], "zero", AnalyzeRequest(feeds={"input_ids": one}))
+    top = ab.top1(ab.base)
+    assert (top.before, top.last_position) == (labels[int(plain[0].argmax())], False)  # onnxruntime's own label
+    two = np.concatenate([one, one[:, ::-1]])
+    ab = Ablation(model, [0], "zero", AnalyzeRequest(feeds={"input_ids": two}))
+    assert ab.top1(ab.base) is None and ab.change({0: [1]}).positions == 2  # the rows still counted
