@@ -96,7 +96,9 @@ def ablation_window(out: Path) -> None:
 
         shown: list[int] = []
         w.result_shown.connect(lambda: shown.append(1))
-        w.open_path(str(DEMO), text=GREEK, generate=8)
+        # the README's relative path, so the sidebar's file row shows no checkout's folder
+        os.chdir(ROOT)
+        w.open_path(str(DEMO.relative_to(ROOT)), text=GREEK, generate=8)
         wait(lambda: shown)
         cross = next(i for i, b in enumerate(w.session.blocks) if (b.stack, b.kind) == ("decoder", "cross"))
         ov = w.overview

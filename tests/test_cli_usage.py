@@ -155,3 +155,32 @@ def test_top_zero_still_runs(tmp_path, capsys):
         ]
     )
     assert code == 0 and (out / "heads.parquet").is_file()
+
+
+def test_top_zero_prints_no_header_over_no_heads(tmp_path, capsys):
+    """Two models whose heads moved (two seeds) and an ablation: --top 0 printed the ranking's header with no line
+    under it; the tables hold every head."""
+    import pyarrow.parquet as pq
+    from onnx_builders import tiny_text_model
+
+    a = tiny_text_model(tmp_path / "a.onnx", layers=1, heads=2, d=8, seed=1)
+    b = tiny_text_model(tmp_path / "b.onnx", layers=1, heads=2, d=8, seed=2)
+    argv = ["--text", "the cat sat", "--top", "0"]
+    assert main(["compare", str(a), str(b), *argv, "--out", str(tmp_path / "c")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("compared 2 heads of 1 site") and "most changed" not in printed
+    assert main(["ablate", str(a), *argv, "--all-heads", "--out", str(tmp_path / "d")]) == 0
+    printed = capsys.readouterr().out
+    assert "heads that matter most" not in printed and "base prediction:" in printed
+    assert [len(pq.read_table(tmp_path / d / "heads.parquet")) for d in "cd"] == [2, 2]
+
+
+@pytest.mark.parametrize(("command", "flag"), [("ablate", "--heads"), ("compare", "--figure-head")])
+def test_head_flags_say_heads_count_from_0(command, flag, capsys):
+    """A head spec's numbers count from 0 (the Overview's H0, the printed rows' 1:0): a researcher counting from 1
+    named the wrong head with no word from the help."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out.split(f"\n  {flag} SPEC", 1)[1]  # the flag's own entry, not the usage line
+    said = " ".join(text.split("\n  --", 1)[0].split())
+    assert "counted from 0" in said

@@ -24,7 +24,7 @@ from attnviz.core.setting_words import fix
 
 if TYPE_CHECKING:
     from attnviz.core.attention import Block, SiteInfo
-    from attnviz.runtime.ablation import Ablation, Change
+    from attnviz.runtime.ablation import Ablation, Change, Top1
     from attnviz.runtime.protocol import AttnModel
     from attnviz.runtime.request import AnalyzeRequest
 
@@ -109,7 +109,7 @@ class AblationOutcome:
     off: frozenset[HeadRef]
     output: str  # the output measured (logits where the model has them)
     change: Change
-    top1: tuple[str, str] | None  # the top prediction before → after (classifier label / next token)
+    top1: Top1 | None  # the top prediction before → after (classifier label / the last position's next token)
     generated: tuple[list[str], list[str]] | None  # greedy words before → after (the input generated)
     ablated_output: np.ndarray = field(repr=False, compare=False)  # the measured output itself
     ablator: Ablator | None = field(default=None, repr=False, compare=False)  # reused by the next toggle
@@ -126,11 +126,13 @@ class AblationOutcome:
         kl = f"KL(base ‖ ablated) {c.kl_bits:.4g} bits · " if c.kl_bits is not None else ""
         out.append(f"{kl}max |Δ{self.output}| {c.max_dlogit:.4g}")
         if self.top1 is not None:
-            before, after = self.top1
-            said = "unchanged" if before == after else "changed"
-            out.append(f"prediction {said}: {before} → {after}")
-        if c.changed_positions:
-            out.append(f"top-1 changed at {c.changed_positions} position{'s' if c.changed_positions != 1 else ''}")
+            out.append(self.top1.said())
+        if c.changed_positions and (self.top1 is None or self.top1.last_position):
+            # "of N": 2 changed positions of 3 and of 300 are different findings (a classifier's one row: the
+            # label line says it)
+            from attnviz.runtime.ablation import positions_said
+
+            out.append(positions_said(c) or "")
         if self.generated is not None:
             before_w, after_w = self.generated
             if before_w == after_w:
@@ -202,31 +204,10 @@ class Ablator:
         gen = None
         if ab.steps:
             gen = (self._words(ab.base_generated), self._words(change.generated or []))
-        return AblationOutcome(off, ab.output, change, self._top1(got), gen, got, self)
+        return AblationOutcome(off, ab.output, change, ab.top1(got), gen, got, self)
 
     def _words(self, ids: list[int]) -> list[str]:
-        tok = self.ab.prep.tgt_tok
-        return [tok.label(int(i)) if tok is not None else str(int(i)) for i in ids]
-
-    def _top1(self, got: np.ndarray) -> tuple[str, str] | None:
-        """The top prediction before → after: a classifier's label (row 0), else the token predicted after the
-        last real position of row 0 (a language model's next token); None for a forecaster's values."""
-        ab = self.ab
-        if not ab.distribution:
-            return None
-        base = ab.base
-        if base.ndim == 2:
-            labels = self.model.meta.get("labels")
-            i, j = int(base[0].argmax()), int(got[0].argmax())
-            if isinstance(labels, list) and len(labels) == base.shape[-1]:
-                return str(labels[i]), str(labels[j])
-            return str(i), str(j)
-        if base.ndim == 3:
-            rows = ab.rows
-            last = int(np.flatnonzero(rows[0])[-1]) if rows is not None and rows[0].any() else base.shape[1] - 1
-            i, j = int(base[0, last].argmax()), int(got[0, last].argmax())
-            return self._words([i])[0], self._words([j])[0]
-        return None
+        return self.ab.words(ids)
 
 
 def ablate(

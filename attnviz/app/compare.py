@@ -112,7 +112,15 @@ class HeldComparison:
         digits: an int8 copy's 5e-6 bits read "JS 0.0000", as if nothing had moved)."""
         heads = self.comparison.heads
         top = max(heads, key=lambda r: r["js_divergence"])
-        not_compared = f"; {len(self.comparison.unmatched)} sites not compared" if self.comparison.unmatched else ""
+        from attnviz.core.words import count
+
+        unmatched = self.comparison.unmatched
+        # a few named ("encoder self L2: only in B": a deeper B), more counted
+        not_compared = (
+            f"; not compared: {', '.join(unmatched)}"
+            if 0 < len(unmatched) <= 2
+            else (f"; {count(len(unmatched), 'site')} not compared" if unmatched else "")
+        )
         return (
             f"compared with {self.name_b}: {len(heads)} heads, most changed {top['stack']} {top['kind']} "
             f"{top['layer']}:{top['head']} (JS {top['js_divergence']:.4g} bits){not_compared}"
@@ -161,7 +169,7 @@ def compare_with(
             f"A and {name} generated different words, so their maps are over different sequences; compare them "
             "without generating (generate 0) or on a given target"
         )
-    comparison = compare_results(result_a, result_b, _feeds(request))
+    comparison = compare_results(result_a, result_b, _feeds(request), window=True)
     if not comparison.heads:
         raise AttnvizError(no_shared_site(comparison.unmatched, name))
     return HeldComparison(model_b, Path(path_b), request, result_a, result_b, comparison)

@@ -34,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--figure-head",
         metavar="SPEC",
-        help="the head drawn, 'STACK KIND LAYER:HEAD' (e.g. 'encoder self 1:2'; default: the largest JS divergence)",
+        help="the head drawn, 'STACK KIND LAYER:HEAD' (e.g. 'encoder self 1:2', counted from 0 as the printed "
+        "rows; default: the largest JS divergence)",
     )
 
 
@@ -57,8 +58,19 @@ def figure_selection(result_a: AttentionResult, rows: list[dict], spec: str | No
         key = (shown_stack(m.group(1), result_a.vision_tower), m.group(2), int(m.group(3)), int(m.group(4)))
         found = next((r for r in rows if (r["stack"], r["kind"], r["layer"], r["head"]) == key), None)
         if found is None:
-            heads = sorted({f"{r['stack']} {r['kind']} {r['layer']}" for r in rows})
-            raise AttnvizError(f"--figure-head {spec!r}: no such compared head; the compared sites: {', '.join(heads)}")
+            # each compared site with its heads, counted from 0 as the Overview's H0.. and the printed 3:1 count:
+            # a head counted from 1 (the site's last + 1) read "no such head" with no hint of the range
+            n: dict[str, int] = {}
+            for r in rows:
+                site = f"{r['stack']} {r['kind']} {r['layer']}"
+                n[site] = max(n.get(site, 0), int(r["head"]) + 1)
+            site = f"{key[0]} {key[1]} {key[2]}"
+            if site in n:
+                raise AttnvizError(
+                    f"--figure-head {spec!r}: {site} has {n[site]} heads, counted from 0 (0 to {n[site] - 1})"
+                )
+            sites = ", ".join(f"{k} (heads 0 to {v - 1})" for k, v in sorted(n.items()))
+            raise AttnvizError(f"--figure-head {spec!r}: no such compared head; the compared sites: {sites}")
         row = found
     for bi, blk in enumerate(result_a.blocks(0)):
         for li, i in enumerate(blk.sites):

@@ -61,7 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--heads",
         metavar="SPEC",
         help="heads switched off together: 'STACK KIND LAYER:HEAD,...', e.g. 'encoder self 2:5,decoder cross 0:1'; "
-        "'encoder self 2:*': every head of that layer",
+        "'encoder self 2:*': every head of that layer; layers and heads counted from 0, as the window's L0 / H0 "
+        "and compare's rows",
     )
     which.add_argument("--all-heads", action="store_true", help="every head alone, one at a time")
     p.add_argument(
@@ -88,7 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean")
     p.add_argument("--image-std", type=float, nargs="+", metavar="S", help="per-channel std")
     p.add_argument(
-        "--top", type=heads_shown, default=5, metavar="K", help="heads printed, largest KL first (default 5)"
+        "--top",
+        type=heads_shown,
+        default=5,
+        metavar="K",
+        help="heads printed, largest KL first (an output with no KL, an encoder's features: largest |Δ|; default 5)",
     )
     corpus = p.add_argument_group("over a corpus (--texts)")
     corpus.add_argument(
@@ -114,6 +119,7 @@ def _row(site, head: int, c, gate: str, together: int, vision_tower: bool = Fals
         "ablation_kl": c.kl_bits,
         "ablation_max_dlogit": float(c.max_dlogit),
         "prediction_changed": c.prediction_changed,
+        "changed_positions": c.changed_positions,
         "generation_changed": c.generation_changed,
         "gate": gate,
         "ablated_together": together,
@@ -124,6 +130,7 @@ MEASURES = (
     ("ablation_kl", "float64"),
     ("ablation_max_dlogit", "float64"),
     ("prediction_changed", "bool_"),
+    ("changed_positions", "int64"),
     ("generation_changed", "bool_"),
     ("gate", "string"),
     ("ablated_together", "int64"),
@@ -248,11 +255,16 @@ def run_corpus(args) -> int:
     # without a KL (an output that is no distribution) the mean over items of each item's largest |Δ| ranks: the
     # corpus-wide largest let one outlier item decide
     top = sorted(r.rows, key=_corpus_rank)
-    measures = {"ablation_kl": "mean KL(base ‖ ablated), bits", "ablation_delta_loss": "Δloss, nats"}
+    # Δ's direction said: "Δloss +0.23" read either way (does switching the head off raise the loss or lower it?)
+    measures = {
+        "ablation_kl": "mean KL(base ‖ ablated), bits",
+        "ablation_delta_loss": "Δloss = ablated − base, nats",
+        "ablation_delta_acc": "Δacc = ablated − base accuracy",
+    }
     said = _measured(r.rows, measures, run["output"], corpus=True)
     if not args.all_heads:  # one joint ablation: its numbers once (every row repeats them), not a ranking of equals
         print(f"output change, all {len(r.rows)} together ({said}): {_said(top[0])}")
-    else:
+    elif args.top > 0:  # (--top 0: the files alone, no header over no line)
         print(f"heads that matter most ({said}):")
     for x in top[: args.top] if args.all_heads else []:
         print(f"  {x['stack']} {x['kind']} {x['layer']}:{x['head']}  {_said(x)}")
@@ -310,16 +322,21 @@ def run_one(args) -> int:
     session_s = time.perf_counter() - t0 - ab.base_s
     rows: list[dict] = []
     t1 = time.perf_counter()
-    changes = [ab.change(off) for off in off_sets]
+    changes, top1s = [], []
+    for off in off_sets:
+        got = ab.run(off)
+        changes.append(ab.change(off, got))
+        top1s.append(ab.top1(got))  # the prediction before → after, as the window's panel says it
     ablations_s = time.perf_counter() - t1
     for off, c in zip(off_sets, changes):
         together = sum(len(h) for h in off.values())
         for i, heads in sorted(off.items()):
             rows.extend(_row(sites[i], h, c, ab.gates[i].method, together, vision_tower) for h in sorted(heads))
-    tok = ab.prep.tgt_tok
 
     def words(ids):
-        return [tok.label(i) if tok else str(i) for i in ids] if ids is not None else None
+        return ab.words(ids) if ids is not None else None
+
+    base_top1 = ab.top1(ab.base)
 
     joint = None
     if not args.all_heads:
@@ -334,6 +351,8 @@ def run_one(args) -> int:
             "ablation_max_dlogit": c.max_dlogit,
             "prediction_changed": c.prediction_changed,
             "changed_positions": c.changed_positions,
+            "positions": c.positions,
+            "prediction": None if top1s[0] is None else top1s[0].after,
             "generation_changed": c.generation_changed,
             "generated": words(c.generated),
         }
@@ -343,6 +362,8 @@ def run_one(args) -> int:
         "mode": args.ablation,
         "output": ab.output,
         "base_generated": words(ab.base_generated) if args.generate else None,
+        # the unablated run's top prediction (a classifier's label; else the last position's next token)
+        "base_prediction": None if base_top1 is None else base_top1.before,
         "sites": [
             {"site": shown_label(sites[i], vision_tower), "node": sites[i].node, "heads": g.heads, "gate": g.method}
             for i, g in sorted(ab.gates.items())
@@ -358,6 +379,7 @@ def run_one(args) -> int:
             "ablation_max_dlogit": f"largest |base − ablated| of {ab.output} over real positions",
             "prediction_changed": "the argmax over the last axis differs at some real position (null for a "
             "forecaster's values)",
+            "changed_positions": "how many real positions' argmax differs (a classifier: rows; null for values)",
             "generation_changed": "the greedy generation (--generate N, full re-run per step) differs",
             "gate": "probabilities: a mask on the head's probabilities before P·V; output: a mask on the fused "
             "op's output slice of the head (the probabilities are internal to the op)",
@@ -384,7 +406,7 @@ def run_one(args) -> int:
         said = {True: "changed", False: "unchanged"}
         print(
             f"output change: {kl}max |Δ{ab.output}| {joint['ablation_max_dlogit']:.4g}"
-            + (f", prediction {said[joint['prediction_changed']]}" if joint["prediction_changed"] is not None else "")
+            + "".join(f", {x}" for x in _prediction_said(changes[0], top1s[0], joint=True))
             + (f", generation {said[bool(joint['generation_changed'])]}" if args.generate else "")
         )
         if args.generate:  # the words themselves, as `extract` prints them: "changed" alone sent users to run.json
@@ -393,15 +415,43 @@ def run_one(args) -> int:
     else:
         top = sorted(rows, key=lambda r: (-(r["ablation_kl"] or 0.0), -r["ablation_max_dlogit"]))
         measured = _measured(rows, {"ablation_kl": "KL(base ‖ ablated), bits"}, ab.output)
-        print(f"heads that matter most ({measured}):")
+        if base_top1 is not None:  # the baseline each head's change is against, once
+            print(base_top1.base_said())
+        if args.top > 0:  # (--top 0: the files alone, no header over no line)
+            print(f"heads that matter most ({measured}):")
+        # --all-heads: one row per ablation, in the same order
+        found = {id(r): (c, t) for r, c, t in zip(rows, changes, top1s, strict=True)}
         for r in top[: args.top]:
             kl = f"KL {r['ablation_kl']:.4g}  " if r["ablation_kl"] is not None else ""
-            flags = " prediction changed" if r["prediction_changed"] else ""
-            flags += " generation changed" if r["generation_changed"] else ""
+            flags = "".join(f"  {x}" for x in _prediction_said(*found[id(r)], joint=False))
+            flags += "  generation changed" if r["generation_changed"] else ""
             print(f"  {r['stack']} {r['kind']} {r['layer']}:{r['head']}  {kl}|Δ| {r['ablation_max_dlogit']:.4g}{flags}")
     for line in refused:
         print(f"not ablated: {line}")
     return 0
+
+
+def _prediction_said(change, top1, joint: bool) -> list[str]:
+    """What the top prediction did, against the base run's: a classifier's label before → after; a per-token
+    output's count of changed positions (of how many) and its last position's token before → after.  ``joint``:
+    said in words when unchanged too (one line about one ablation); a ranked head's line says only a change, short
+    (``prediction B → A``; ``top-1 changed at 1 of 7 positions (last: . → ,)``)."""
+    from attnviz.runtime.ablation import positions_said
+
+    if change.prediction_changed is None:  # values or features: no argmax
+        return []
+    if top1 is not None and not top1.last_position:  # a classifier's one label
+        if joint:
+            return [top1.said()]
+        return [f"prediction {top1.before} → {top1.after}"] if top1.changed else []
+    if joint:
+        if not change.changed_positions:  # nothing moved: the last position's prediction, once
+            return [(positions_said(change) or "") + (f" (last: {top1.before})" if top1 is not None else "")]
+        return [positions_said(change) or "", *([top1.said()] if top1 is not None else [])]
+    if not change.changed_positions:
+        return []
+    last = f" (last: {top1.before} → {top1.after})" if top1 is not None and top1.changed else ""
+    return [f"{positions_said(change)}{last}"]
 
 
 def _corpus_rank(x: dict) -> tuple[float, float, float]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.corpus import outfiles
-from attnviz.corpus.compare_words import no_shared_site, side_error
+from attnviz.corpus.compare_words import generated_apart, no_shared_site, side_error
 from attnviz.corpus.config import heads_shown
 from attnviz.corpus.tables import HEADS, RUN, given_input, write_heads
 
@@ -92,7 +92,9 @@ def _real_rows(feeds: dict | None, stack: str, batch: int, n_q: int):
     return m != 0
 
 
-def _same_tokens(ra, rb) -> None:
+def _same_tokens(ra, rb, window: bool = False) -> None:
+    """One line where A and B tokenise the input differently.  ``window``: the window's words, whose input has no
+    --inputs flag (the line named a command-line flag in a window message)."""
     from attnviz import AttnvizError
 
     for ta, tb in ((ra.tokens, rb.tokens), (ra.key_tokens, rb.key_tokens)):
@@ -112,7 +114,8 @@ def _same_tokens(ra, rb) -> None:
             y = repr(lb[i]) if i < len(lb) else "the end"
             raise AttnvizError(
                 f"A and B tokenise the input differently: token {i} is {x} in A and {y} in B "
-                f"({len(la)} and {len(lb)} tokens); compare models that share a tokenizer, or give --inputs FEEDS.npz"
+                f"({len(la)} and {len(lb)} tokens); compare models that share a tokenizer"
+                + ("" if window else ", or give --inputs FEEDS.npz")
             )
 
 
@@ -135,13 +138,14 @@ def row_stack(site, vision_tower: bool = False) -> str:
     return stack if site.tower is None else f"{stack} ({site.tower})"
 
 
-def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
-    """Match the two results' sites and measure every head of each matched pair."""
+def compare_results(ra, rb, feeds: dict | None = None, window: bool = False) -> Comparison:
+    """Match the two results' sites and measure every head of each matched pair (``window``: a refusal in the
+    window's words)."""
     import numpy as np
 
     from attnviz.core.compare import head_differences, output_difference
 
-    _same_tokens(ra, rb)
+    _same_tokens(ra, rb, window)
     # a dual encoder's towers both have encoder self L0..: the tower keeps them apart (None for other models)
     by_key = {(s.stack, s.kind, s.layer, s.tower): (s, m) for s, m in zip(rb.sites, rb.maps)}
     heads: list[dict] = []
@@ -259,10 +263,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
             raise side_error(side, path, e) from None
     ra, rb = results
     if args.generate and ra.info.get("generated_ids") != rb.info.get("generated_ids"):
-        raise AttnvizError(
-            "A and B generated different tokens, so their maps are over different sequences; compare them "
-            "teacher-forced on one target (--text-pair) or without --generate"
-        )
+        raise AttnvizError(generated_apart(ra, rb))
     comp = compare_results(ra, rb, feeds)
     if not comp.heads:
         raise AttnvizError(no_shared_site(comp.unmatched))
@@ -273,6 +274,9 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         },
         "input": given_input(args, ("text", "text_pair", "image", "audio", "inputs", "generate")),
         "tokens": list(ra.tokens.labels) if ra.tokens is not None else None,
+        # the keys' tokens where they are others (an encoder-decoder's target, the decoder's rows): its decoder
+        # heads' rows were over tokens run.json did not name
+        "key_tokens": list(ra.key_tokens.labels) if ra.key_tokens is not None else None,
         "heads": len(comp.heads),
         "outputs": comp.outputs,
         "unmatched": comp.unmatched,
@@ -335,7 +339,7 @@ def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: P
     print(f"compared {count(len(heads), 'head')} of {count(sites, 'site')}{over} -> {out / HEADS}")
     if not moved:
         print("no head changed: every compared head's weights are the same in A and B (|Δ| 0)")
-    else:
+    elif top > 0:  # (--top 0: the files alone; a header over no line read as a list that came out empty)
         # 4 significant digits, as the window's status line: an int8 copy's JS of ~1e-6 bits read "JS 0.0000" on
         # every line at four decimals, as if nothing had moved, ranked by digits not shown
         print("most changed (JS divergence, bits; largest |Δ|; top-1 agreement):")
@@ -349,6 +353,26 @@ def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: P
         print(f"output {o['name']}: max |Δ| {o['max_abs_diff']:.4g}{kl}")
     for u in unmatched:
         print(f"not compared: {u}")
+
+
+def most_changed_item(items: Path, width: int = 60) -> str | None:
+    """The item whose heads moved most (its mean JS over the compared heads), from ``items.parquet``: "which verse
+    moved most?" was a parquet file to open; None when no item's heads moved."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(items, columns=["item", "text", "js_divergence", "max_abs_diff"]).to_pylist()
+    rows = [r for r in rows if r["js_divergence"] == r["js_divergence"]]  # (NaN: an item with no real rows)
+    if not rows:
+        return None
+    top = max(rows, key=lambda r: r["js_divergence"])
+    if top["js_divergence"] <= 0 and top["max_abs_diff"] <= 0:
+        return None
+    text = " ".join(str(top["text"]).split())
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    return (
+        f"most changed item: #{top['item']} (JS {top['js_divergence']:.4g} bits, |Δ| {top['max_abs_diff']:.4g}): "
+        f"“{text}”"
+    )
 
 
 # a corpus run's flags that one input has no use for, and the other way round: refused rather than ignored
@@ -385,6 +409,9 @@ def _run_corpus(args) -> int:
     resumed = f", resumed after {r.resumed_items}" if r.resumed_items else ""
     over = f" over {count(r.items, 'item')} ({count(r.batches, 'batch', 'batches')}{resumed})"
     _report(r.heads, r.outputs, r.unmatched, r.out, args.top, over)
+    top_item = most_changed_item(r.out / ITEMS)
+    if top_item:
+        print(top_item)
     print(f"per item: {r.out / ITEMS}; {r.wall_s:.1f} s")
     if r.note:
         from attnviz.core.notice import say

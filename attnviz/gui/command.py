@@ -383,7 +383,9 @@ def run(args) -> int:
         if shot.suffix.lower() != ".png":
             raise AttnvizError(f"--screenshot {shot}: use a .png file name")
         if not (shot.parent if str(shot.parent) else Path(".")).is_dir():
-            raise AttnvizError(f"--screenshot {shot}: folder {shot.parent} does not exist")
+            raise AttnvizError(
+                f"--screenshot {shot}: folder {shot.parent} does not exist; create it or choose another --screenshot"
+            )
         from attnviz.core.writes import guard
 
         opened = {

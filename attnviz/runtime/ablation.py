@@ -83,6 +83,7 @@ class Change:
     changed_positions: int | None  # how many positions' argmax changed
     generation_changed: bool | None = None  # with generation: the greedy tokens differ
     generated: list[int] | None = None
+    positions: int | None = None  # the real positions the argmax was compared at ("changed at 2 of 9")
 
 
 class Ablation:
@@ -173,18 +174,78 @@ class Ablation:
         the caller has it already)."""
         got = self.run(off) if got is None else got
         d = output_difference(self.output, self.base, got, self.rows, self.base_log)
-        changed = None
+        changed, positions = None, None
         if self.distribution:
             a, b = self.base.argmax(-1), got.argmax(-1)
             if self.rows is not None:
                 a, b = a[self.rows], b[self.rows]
-            changed = int(np.sum(a != b))
+            changed, positions = int(np.sum(a != b)), int(a.size)
         gen_changed, ids = None, None
         if self.steps:
             ids = self.generate(off)
             gen_changed = ids != self.base_generated
         kl = d.kl_bits if self.distribution else None
-        return Change(kl, d.max_abs_diff, None if changed is None else changed > 0, changed, gen_changed, ids)
+        return Change(
+            kl, d.max_abs_diff, None if changed is None else changed > 0, changed, gen_changed, ids, positions
+        )
+
+    def words(self, ids: list[int]) -> list[str]:
+        """Token ids as the target tokenizer writes them (the ids themselves without one)."""
+        tok = self.prep.tgt_tok
+        return [tok.label(int(i)) if tok is not None else str(int(i)) for i in ids]
+
+    def top1(self, got: np.ndarray) -> Top1 | None:
+        """The top prediction before → after of an input of one row: a classifier's label, else the token
+        predicted after the last real position (a language model's next token); None for a batch, a forecaster's values or
+        features.  The baseline beside the ablated run: "prediction changed" alone left a user asking from what."""
+        base = self.base
+        # (a batch of several rows from --inputs: row 0's prediction alone would read as the batch's)
+        if not self.distribution or base.ndim not in (2, 3) or base.shape[0] != 1:
+            return None
+        if base.ndim == 2:
+            labels = self.model.meta.get("labels")
+            i, j = int(base[0].argmax()), int(got[0].argmax())
+            if isinstance(labels, list) and len(labels) == base.shape[-1]:
+                return Top1(str(labels[i]), str(labels[j]), last_position=False)
+            return Top1(str(i), str(j), last_position=False)
+        rows = self.rows
+        last = int(np.flatnonzero(rows[0])[-1]) if rows is not None and rows[0].any() else base.shape[1] - 1
+        before, after = self.words([int(base[0, last].argmax()), int(got[0, last].argmax())])
+        return Top1(before, after, last_position=True)
+
+
+@dataclass(frozen=True)
+class Top1:
+    """The top prediction of the base run and of the ablated run (row 0)."""
+
+    before: str
+    after: str
+    last_position: bool  # a per-token output's last real position (a classifier's one label: False)
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def said(self) -> str:
+        """``prediction unchanged: B → B`` / ``last position's top-1 changed: Spirit → poor``: which prediction
+        it is, since a per-token output's top-1 can change elsewhere while the last position's holds."""
+        what = "last position's top-1" if self.last_position else "prediction"
+        return f"{what} {'changed' if self.changed else 'unchanged'}: {self.before} → {self.after}"
+
+    def base_said(self) -> str:
+        """The base run's prediction alone (the line above a ranking of heads, each against it)."""
+        return f"base {'top-1 at the last position' if self.last_position else 'prediction'}: {self.before}"
+
+
+def positions_said(change: Change) -> str | None:
+    """``top-1 changed at 2 of 9 positions`` (None for an output with no argmax)."""
+    if change.changed_positions is None:
+        return None
+    n, total = change.changed_positions, change.positions
+    if n == 0:  # ("changed at 0 of 6 positions" read as a change)
+        return f"top-1 unchanged at all {total} positions" if total is not None else "top-1 unchanged"
+    of = f" of {total}" if total is not None else ""
+    return f"top-1 changed at {n}{of} position{'s' if (total or n) != 1 else ''}"
 
 
 def known_heads(model: AttentionModel) -> None:

@@ -187,7 +187,7 @@ def export(
     """
     path = Path(path)
     if not path.parent.is_dir():
-        raise AttnvizError(f"output folder {path.parent} does not exist")
+        raise AttnvizError(f"output folder {path.parent} does not exist; create it or choose another --out")
     feeds = task.example_feeds(mcfg, tcfg)
     with atomic_path(path, "--out") as tmp:  # published only when every check passed
         export_graph(model, mcfg, feeds, tmp)

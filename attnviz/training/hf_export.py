@@ -523,7 +523,9 @@ def _check_paths(model_dir: Path, out_dir: Path, overwrite: bool = False) -> Non
         readable_beside(entry, model_dir)
     _check_out(out_dir, overwrite)
     if not out_dir.resolve().parent.is_dir():
-        raise AttnvizError(f"--out {out_dir}: folder {out_dir.resolve().parent} does not exist")
+        raise AttnvizError(
+            f"--out {out_dir}: folder {out_dir.resolve().parent} does not exist; create it or choose another --out"
+        )
     staging_folder(out_dir).rmdir()  # a folder that cannot be written is refused now, not after the export
 
 

@@ -65,7 +65,8 @@ def test_switching_heads_off_equals_attnviz_ablate_and_back_on_restores_exactly(
     assert abs(two.change.max_dlogit - row2["ablation_max_dlogit"]) <= 1e-6
     assert abs(two.change.kl_bits - row2["ablation_kl"]) <= 1e-6
     labels = model.meta["labels"]
-    assert two.top1 == (labels[int(one.ablator.ab.base[0].argmax())], labels[int(two.ablated_output[0].argmax())])
+    want = (labels[int(one.ablator.ab.base[0].argmax())], labels[int(two.ablated_output[0].argmax())])
+    assert (two.top1.before, two.top1.after) == want and not two.top1.last_position
 
     # toggling both back: every gate open reproduces the model's output bit for bit, and its maps are untouched
     state = state.toggled(a).toggled(b)
@@ -98,6 +99,16 @@ def test_generation_before_and_after_as_attnviz_ablate_says(tmp_path, capsys):
     assert abs(got.change.kl_bits - row["ablation_kl"]) <= 1e-6
     text = "\n".join(got.lines())
     assert f"Off: {ref.label}" in text and ("generation changed" if before != after else "unchanged") in text
+    # the prediction line says which prediction: the base's last position predicts the last generated word (the
+    # greedy step chose it), and the positions are the start token and the words before it, one per word
+    top = got.top1
+    assert top.last_position and top.before == before[-1] and got.change.positions == len(before)
+    assert run["base_prediction"] == before[-1] and run["joint"]["prediction"] == top.after
+    said = "changed" if top.before != top.after else "unchanged"
+    assert f"last position's top-1 {said}: {before[-1]} → {top.after}" in text
+    n = row["changed_positions"]
+    assert n == got.change.changed_positions and n > 0  # (decoder cross 2:1 moves a word: a real count)
+    assert f"top-1 changed at {n} of {len(before)} position{'s' if len(before) != 1 else ''}" in text
 
 
 def test_what_cannot_be_switched_off_is_one_line(tmp_path):

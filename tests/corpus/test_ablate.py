@@ -186,10 +186,60 @@ def test_ablating_every_head_of_a_copy_task_finds_the_copying_head(tmp_path, cap
     assert rows[1]["prediction_changed"] and rows[1]["ablation_kl"] > 1.0 and rows[1]["ablation_max_dlogit"] >= 9.0
     assert not rows[0]["prediction_changed"] and rows[0]["ablation_kl"] == 0.0 and rows[0]["ablation_max_dlogit"] == 0.0
     assert rows[1]["gate"] == "probabilities" and rows[1]["generation_changed"] is None
-    assert printed.splitlines()[2].strip().startswith("encoder self 0:1")  # printed first: the head that matters
+    # against the unablated run: onnxruntime on the graph with head 1's probabilities multiplied by 0 by hand
+    want = _session(_copy_head_off(path, 1)).run(["logits"], {"input_ids": ids})[0]
+    changed = int((logits[0].argmax(-1) != want[0].argmax(-1)).sum())
+    before_last, after_last = int(logits[0, -1].argmax()), int(want[0, -1].argmax())
+    assert changed >= 5 and before_last != after_last  # copying stopped: the check reads a real change
+    assert rows[1]["changed_positions"] == changed and rows[0]["changed_positions"] == 0
+    lines = printed.splitlines()
+    assert lines[1] == f"base top-1 at the last position: {before_last}"  # the baseline, once
+    assert lines[2].startswith("heads that matter most")
+    assert lines[3].strip().startswith("encoder self 0:1")  # printed first: the head that matters
+    assert lines[3].endswith(f"top-1 changed at {changed} of 6 positions (last: {before_last} → {after_last})")
+    assert "changed" not in lines[4]  # head 0 changed nothing, and its line says nothing of a change
     run = json.loads((out / "run.json").read_text())
     assert run["model"]["sha256"] == before and run["sites"][0]["gate"] == "probabilities"
+    assert run["base_prediction"] == str(before_last)
     assert _sha(path) == before
+    # --heads: the joint line names the change against the base in words, positions counted
+    rc, printed, err = _run(
+        [
+            "ablate",
+            str(path),
+            "--inputs",
+            str(tmp_path / "feeds.npz"),
+            "--heads",
+            "encoder self 0:1",
+            "--out",
+            str(tmp_path / "joint"),
+        ],
+        capsys,
+    )
+    assert rc == 0, err
+    assert printed.splitlines()[1].endswith(
+        f", top-1 changed at {changed} of 6 positions, last position's top-1 changed: {before_last} → {after_last}"
+    )
+    joint = json.loads((tmp_path / "joint" / "run.json").read_text())["joint"]
+    assert (joint["changed_positions"], joint["positions"], joint["prediction"]) == (changed, 6, str(after_last))
+    # head 0 alone (the output projection never reads it): nothing moved, said as such
+    argv = ["ablate", str(path), "--inputs", str(tmp_path / "feeds.npz"), "--heads", "encoder self 0:0"]
+    rc, printed, err = _run([*argv, "--out", str(tmp_path / "none")], capsys)
+    assert rc == 0, err
+    assert printed.splitlines()[1].endswith(f", top-1 unchanged at all 6 positions (last: {before_last})")
+
+
+def _copy_head_off(path, head: int) -> onnx.ModelProto:
+    """copy_task_model with head ``head``'s probabilities multiplied by 0 before P·V, written here by hand."""
+    m = onnx.load(path)
+    mask = np.ones((1, 2, 1, 1), np.float32)
+    mask[0, head] = 0.0
+    m.graph.initializer.append(numpy_helper.from_array(mask, "hand_mask"))
+    pv = next(n for n in m.graph.node if n.name == "/encoder/layers.0/attn/MatMul_1")
+    pv.input[0] = "hand_probs"
+    m.graph.node.insert(list(m.graph.node).index(pv), helper.make_node("Mul", ["probs", "hand_mask"], ["hand_probs"]))
+    onnx.checker.check_model(m)
+    return m
 
 
 def fused_model(path, op: str, heads: int = 2, d: int = 8, seq: int = 5, classes: int = 3, seed: int = 0):
@@ -480,3 +530,18 @@ def test_one_input_generation_prints_both_generations(tmp_path, capsys):
     lines = printed.splitlines()
     assert lines[-2:] == [f"generated (base):    {base}", f"generated (ablated): {off}"]
     assert off != base  # the case at stake: this head changes the words
+
+
+def test_the_base_prediction_is_said_of_one_row_not_of_row_0_of_a_batch(tmp_path):
+    """--inputs with two rows: "base prediction: B" was row 0's alone, read as the batch's."""
+    path = tiny_text_model(tmp_path / "m.onnx", layers=1, heads=2, d=8, seed=2)
+    model = open_model(path, provider="cpu")
+    labels = json.loads(next(p.value for p in onnx.load(path).metadata_props if p.key == "attnviz.labels"))
+    one = np.array([[1, 3, 4, 5, 2]], np.int64)
+    plain = _session(onnx.load(path)).run(["logits"], {"input_ids": one})[0]
+    ab = Ablation(model, [0], "zero", AnalyzeRequest(feeds={"input_ids": one}))
+    top = ab.top1(ab.base)
+    assert (top.before, top.last_position) == (labels[int(plain[0].argmax())], False)  # onnxruntime's own label
+    two = np.concatenate([one, one[:, ::-1]])
+    ab = Ablation(model, [0], "zero", AnalyzeRequest(feeds={"input_ids": two}))
+    assert ab.top1(ab.base) is None and ab.change({0: [1]}).positions == 2  # the rows still counted

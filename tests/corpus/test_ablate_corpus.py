@@ -129,6 +129,12 @@ def test_a_labelled_classifier_gives_the_hand_computed_delta_loss(tmp_path, caps
         assert row["ablation_kl"] == pytest.approx(np.mean((np.exp(base) * (base - lq)).sum(-1)) / np.log(2), abs=1e-5)
     top = max(rows.values(), key=lambda r: r["ablation_kl"])
     assert printed.splitlines()[2].strip().startswith(f"encoder self {top['layer']}:{top['head']}")
+    # the header says which way Δ runs, and the printed number is that: ablated minus base (by hand above)
+    header = printed.splitlines()[1]
+    assert "Δloss = ablated − base, nats" in header and "Δacc = ablated − base accuracy" in header
+    hand = _hand_ablated(path, top["layer"], top["head"], 2, "zero")
+    lq = np.array([_log_softmax(_logits(hand, ids)) for ids in items])
+    assert f"Δloss {np.mean(-lq[np.arange(10), y] - base_loss):+.4g}  " in printed.splitlines()[2]
     run = json.loads((out / "run.json").read_text())
     assert run["base_loss"] == pytest.approx(base_loss.mean(), abs=1e-5) and run["label_column"] == "y"
     assert run["data"]["sha256"] and run["versions"]["onnxruntime"] == ort.__version__

@@ -184,6 +184,20 @@ def test_the_window_s_comparison_says_the_head_counts_in_one_short_line(tmp_path
     assert "2 heads in A, 4 in B at all 2 sites" in said and "same architecture" in said and "\n" not in said
 
 
+def test_the_window_s_status_names_a_deeper_b_s_extra_layer(tmp_path):
+    """A B one layer deeper: the status line said "1 sites not compared", naming neither the layer nor why."""
+    from attnviz.app.compare import compare_with
+    from attnviz.runtime import open_model
+    from attnviz.runtime.request import AnalyzeRequest
+
+    a = open_model(tiny_text_model(tmp_path / "a.onnx", layers=2, heads=2, d=8), provider="cpu")
+    b_path = tiny_text_model(tmp_path / "b.onnx", layers=3, heads=2, d=8)
+    req = AnalyzeRequest(text=TEXT)
+    held = compare_with(open_model(b_path, provider="cpu"), b_path, req, a.analyze_request(req))
+    assert len(held.comparison.heads) == 4  # A's two layers of two heads compared
+    assert held.status().endswith("; not compared: encoder self L2: only in B")
+
+
 def test_a_joint_corpus_ablation_prints_its_numbers_once(tmp_path, capsys):
     """``--heads 'encoder self 1:*' --texts``: one joint ablation.  Its heads were printed as "heads that matter
     most", each with the same (joint) numbers: a ranking of equals."""
@@ -198,3 +212,39 @@ def test_a_joint_corpus_ablation_prints_its_numbers_once(tmp_path, capsys):
     assert "heads that matter most" not in out
     said = [line for line in out.splitlines() if line.startswith("output change, all 2 together")]
     assert len(said) == 1 and f"|Δ| {rows[0]['ablation_max_dlogit']:.4g}" in said[0]
+
+
+def test_run_json_names_an_encoder_decoder_s_target_tokens(tmp_path, capsys):
+    """The translation demo's decoder heads run over the target: run.json named only the source's tokens."""
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+    greek, english = "μακάριοι οἱ πτωχοὶ τῷ πνεύματι", "Blessed are the poor in spirit"
+    out = tmp_path / "c"
+    argv = ["compare", str(demo), str(demo), "--text", greek, "--text-pair", english, "--out", str(out)]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 0, err
+    run = json.loads((out / "run.json").read_text())
+    # the demo's target vocabulary is whole English words, after the decoder's start token
+    assert run["key_tokens"] == ["[BOS]", *english.split()]
+    assert len(run["tokens"]) == 6  # the source's WordPiece tokens: "πτωχοὶ" is two (πτωχ ##οι)
+
+
+def test_decoders_that_generate_apart_are_told_the_fix_their_kind_takes(tmp_path, capsys):
+    """Two decoder-only models whose greedy words part: the line sent them to --text-pair (an encoder's sentence
+    B, which a decoder refuses).  It now gives both generations and the fix a decoder takes, which then runs."""
+    from attnviz.runtime import open_model
+
+    a = tiny_text_model(tmp_path / "a.onnx", causal=True, classifier=False, layers=2, heads=2, seed=1)
+    b = tiny_text_model(tmp_path / "b.onnx", causal=True, classifier=False, layers=2, heads=2, seed=4)
+    words = [open_model(m, provider="cpu").analyze(text=TEXT, generate=3).generated for m in (a, b)]
+    assert words[0] != words[1]  # each model alone: the premise, two different generations
+    argv = ["compare", str(a), str(b), "--text", TEXT, "--generate", "3", "--out", str(tmp_path / "c")]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert f"(A: “{' '.join(words[0])}”; B: “{' '.join(words[1])}”)" in err
+    assert "--text-pair" not in err and "the prompt and A's (or B's) words as --text, without --generate" in err
+    rc, out, err = _run(
+        ["compare", str(a), str(b), "--text", f"{TEXT} {' '.join(words[0])}", "--out", str(tmp_path / "d")], capsys
+    )
+    assert rc == 0, err  # the fix it names runs

@@ -145,6 +145,12 @@ def test_quantized_copy_equals_a_hand_computation_from_single_input_runs(tmp_pat
     assert sum(r["js_divergence"] > 1e-6 for r in rows) > 0  # quantization moved something: real numbers compared
     items = _table(tmp_path / "c", "items.parquet")
     assert [i["js_divergence"] for i in items] == pytest.approx(per_item, abs=1e-6)
+    # the line the command prints names the item that moved most by hand, with its text
+    from attnviz.corpus.compare import most_changed_item
+
+    k = int(np.argmax(per_item))
+    said = most_changed_item(tmp_path / "c" / "items.parquet")
+    assert said.startswith(f"most changed item: #{k} (JS {items[k]['js_divergence']:.4g} bits") and lines[k] in said
     # the classifier's logits: largest |Δ| and mean KL(A ‖ B) over the items, by hand from the single runs
     ma, mq = open_model(a, provider="cpu"), open_model(q, provider="cpu")
     la = np.stack([ma.analyze(text=t).outputs["logits"][0] for t in lines]).astype(np.float64)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pyarrow.parquet as pq
 import pytest
 
@@ -89,6 +90,8 @@ def test_default_head_is_the_largest_divergence_and_bad_flags_are_one_line(quant
     argv = ["compare", str(DEMO), str(quantized), "--text", TEXT, "--out", str(out), "--provider", "cpu"]
     pdf = tmp_path / "cmp.pdf"
     assert main([*argv, "--figure", str(pdf)]) == 0
+    meta = {p.key: p.value for p in onnx.load(str(DEMO), load_external_data=False).metadata_props}
+    n = json.loads(meta["attnviz.config"])["model"]["n_heads"]  # the demo's heads per layer, as trained
     top = max(pq.read_table(out / "heads.parquet").to_pylist(), key=lambda r: r["js_divergence"])
     said = capsys.readouterr().out
     assert f"A | B | A − B of {top['stack']} {top['kind']} {top['layer']}:{top['head']}" in said
@@ -96,7 +99,16 @@ def test_default_head_is_the_largest_divergence_and_bad_flags_are_one_line(quant
     for extra, words in (
         (["--figure", str(tmp_path / "x.bmp")], "cannot tell the figure format"),
         (["--figure-head", "encoder self 0:1"], "--figure-head names the head --figure draws"),
-        (["--figure", str(tmp_path / "y.png"), "--figure-head", "encoder self 7:0"], "no such compared head"),
+        (
+            ["--figure", str(tmp_path / "y.png"), "--figure-head", "encoder self 7:0"],
+            f"no such compared head; the compared sites: encoder self 0 (heads 0 to {n - 1}), encoder self 1 "
+            f"(heads 0 to {n - 1})",
+        ),
+        # a head counted from 1: the last head + 1, named with the range counted from 0
+        (
+            ["--figure", str(tmp_path / "y.png"), "--figure-head", f"encoder self 1:{n}"],
+            f"--figure-head 'encoder self 1:{n}': encoder self 1 has {n} heads, counted from 0 (0 to {n - 1})",
+        ),
         (["--figure", str(tmp_path / "no_folder" / "z.png")], "choose another --figure"),  # the flag that named it
     ):
         assert main([*argv, *extra]) == 2

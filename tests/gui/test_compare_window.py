@@ -59,11 +59,16 @@ def test_compare_with_a_quantized_copy_fills_head_stats_with_compare_results_row
         for c in ("js_divergence", "max_abs_diff", "top1_agreement"):
             assert row[c] == ref[c]  # exactly: the same numbers, not recomputed
     assert any(r["js_divergence"] > 0 for r in want)  # quantizing moved something: real numbers were compared
-    # sortable: a click on the JS header sorts the rows by it
-    c = w.stats.columns.index("js_divergence")
-    w.stats.table.sortByColumn(c, Qt.SortOrder.DescendingOrder)
-    js = w.stats.column_values("js_divergence")
-    assert js == sorted(js, reverse=True)
+    # ranked as the command prints them: the most changed head of the block first (its row from compare_results)
+    first = max((r for r in want if (r["stack"], r["kind"]) == (blk.stack, blk.kind)), key=lambda r: r["js_divergence"])
+    assert (shown[0]["head"], shown[0]["js_divergence"]) == (first["head"], first["js_divergence"])
+    assert [r["js_divergence"] for r in shown] == sorted((r["js_divergence"] for r in shown), reverse=True)
+    assert "Ranked by JS divergence from B = sequence-classification-int8" in w.stats.info.text()
+    # sortable: a click on the layer header sorts the rows by it
+    c = w.stats.columns.index("layer")
+    w.stats.table.sortByColumn(c, Qt.SortOrder.AscendingOrder)
+    layers = w.stats.column_values("layer")
+    assert layers == sorted(layers) and layers != [r["layer"] for r in shown]
     # a new input: B runs it too, and the comparison is measured on the new result
     run_and_wait(qtbot, w, text="2 7 1 8 2 8")
     qtbot.waitUntil(lambda: w.session.comparison is not None, timeout=60000)
@@ -140,6 +145,7 @@ def test_a_b_that_tokenises_differently_is_one_message_and_no_comparison(qtbot, 
         w.compare.compare_with(tmp_path / "retok.onnx")
     (text,) = sig.args
     assert "tokenise the input differently: token 2" in text and "\n" not in text
+    assert text.endswith("compare models that share a tokenizer")  # no command-line flag in the window's words
     assert w.session.comparison is None and not w.compare.indicator.isVisible()
     # a file that is no model: the opener's one line, and still no comparison
     with qtbot.waitSignal(w.error_shown, timeout=30000) as sig:

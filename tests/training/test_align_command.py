@@ -224,3 +224,14 @@ def test_align_agrees_with_the_training_evaluation_on_the_demo(tmp_path, capsys)
             )
             in table
         )
+
+
+def test_an_out_in_a_missing_folder_names_the_fix(reverse_model, reverse_files, tmp_path, capsys):
+    """The line said the folder does not exist and stopped: extract's says what to do (the same words)."""
+    src, tgt, _ = reverse_files
+    out = tmp_path / "gone" / "o.txt"
+    rc = main(["align", str(reverse_model), "--src", str(src), "--tgt", str(tgt), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith(f"folder {out.parent} does not exist; create it or choose another --out")
+    assert not out.parent.exists()

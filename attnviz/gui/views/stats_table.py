@@ -276,7 +276,12 @@ class StatsView(View):
                 "'sink share' the first key's share of the whole row (a corpus run's sink_share)."
             )
         c = self.session.comparison
-        if compared and c is not None:
+        if compared and c is not None and not (aligned or timed):
+            # "which heads changed?": the most changed first, as the command prints them (in layer order the
+            # researcher read 12 rows of small numbers to find the largest), as AER and word times rank theirs
+            t.sortByColumn(self.columns.index("js_divergence"), Qt.SortOrder.DescendingOrder)
+            text += f" Ranked by JS divergence from B = {c.name_b} (bits; most changed first)."
+        elif compared and c is not None:
             text += f" Compared with B = {c.name_b} (JS in bits)."
         elif c is not None:
             text += f" No comparison columns: {c.name_b} has no matching {self.session.block.name}."

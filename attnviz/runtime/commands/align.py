@@ -217,12 +217,15 @@ def run(args) -> int:
         {"--out": out, "--translations": trans},
     )
     if not out.parent.is_dir():
-        raise AttnvizError(f"--out {out}: folder {out.parent} does not exist")
+        raise AttnvizError(f"--out {out}: folder {out.parent} does not exist; create it or choose another --out")
     if trans is not None:
         if trans.resolve() == out.resolve():
             raise AttnvizError(f"--translations {trans}: the same file as --out; give another name")
         if not trans.parent.is_dir():
-            raise AttnvizError(f"--translations {trans}: folder {trans.parent} does not exist")
+            raise AttnvizError(
+                f"--translations {trans}: folder {trans.parent} does not exist; create it or choose another "
+                "--translations"
+            )
         check_destination(trans, "--translations")  # both files written at the end: neither where one cannot be
         check_destination(out, "--out")
     src_lines = _read(args.src, "--src")
