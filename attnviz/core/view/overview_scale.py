@@ -1,5 +1,5 @@
-"""The Overview's one colour scale, per kind of model: its top, its colour-bar words and its info-line words, the same
-on screen and in ``attnviz figure --view overview``.
+"""The Overview's colour scale, per kind of model: its top (or a top per block), its colour-bar words and its
+info-line words, the same on screen and in ``attnviz figure --view overview``.
 
 Every kind but speech draws its thumbnails on the selection's scale as the overview reads it (:func:`overview_top`:
 fixed 0–1, or the largest pooled weight of any head).  A speech model's are dim on both: an encoder frame or a
@@ -9,10 +9,10 @@ median cell is 0.004), and the largest weight is the decoder's first row, always
 top instead, a high percentile of that block's thumbnails' cells: one scale for every head of a block (the heads of a
 block read the same keys; a head that looks harder is brighter than its neighbour, which a scale per thumbnail would
 hide), with the structure of the frames visible; the few cells above the top saturate, and the words say so.  One
-top over every block (speech30) was the encoder's: its 116 x 116 cells outnumber the decoder's 9 x 9 a hundred and
-sixty to one, so the 99.5th percentile of them all (0.19) painted every decoder self-attention row (spread over 1–9
-keys, weights well above 0.19) saturated yellow.  Blocks are not compared by colour anyway (their keys differ), so
-each block's colour bar says its own top.
+top over every block (speech30) was the encoder's: its thumbnails' 58 x 58 cells (116 frames, pooled) outnumber the
+decoder's 9 x 9 forty to one, so the 99.5th percentile of them all (0.19) painted a third of the decoder
+self-attention's cells (its rows spread over 1–9 keys, weights well above 0.19) saturated yellow.  Blocks are not
+compared by colour anyway (their keys differ), so each block's colour bar says its own top.
 
 A text encoder–decoder (models/translation.onnx) keeps the selection's scale: its blocks' keys are a sentence's
 tokens on every side (5 and 8), its weights reach 0–1 in every block (the demo's 99.5th percentiles 0.85, 1.0 and
