@@ -44,7 +44,7 @@ def test_each_block_of_a_speech_overview_has_its_own_top(demo):
             assert got.top_of(bi) == pytest.approx(top, rel=1e-6), names[bi]
         assert got.label == "attention weight (this block's: top at the 99.5th percentile of its heads)"
         assert got.note.startswith("a scale per block (the 99.5th percentile of its heads' cells; brighter saturate)")
-        assert ", ".join(f"0–{want[bi]:.3g}" for bi in sorted(want)) in got.note
+        assert got.note.endswith(": " + ", ".join(f"{names[bi]} 0–{want[bi]:.3g}" for bi in sorted(want)))
         assert got.box_words == "per block: 99.5th percentile"
     log = vm.overview_colours(result, blocks, thumbs, "fixed", True)
     assert log.top_of(dec) == pytest.approx(want[dec], rel=1e-6) and log.label.startswith(

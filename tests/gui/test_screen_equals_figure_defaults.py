@@ -153,6 +153,10 @@ def overview_per_block(qtbot, w, clip: int, tmp_path: Path) -> None:
     theirs = tmp_path / "figure-fixed.png"
     assert main(["figure", str(speech_demo()), "--view", "overview", "--scale", "fixed", "--out", str(theirs)]) == 0
     assert theirs.read_bytes() == ours
+    # the recipes say the choice (a recipe without the key: the kind's own scale, as the default figure's)
+    for recipe in (theirs, tmp_path / "window-fixed.png"):
+        assert json.loads(recipe.with_name(recipe.name + ".recipe.json").read_text())["view"]["kind_scale"] is False
+    assert "kind_scale" not in json.loads((tmp_path / "figure-overview.png.recipe.json").read_text())["view"]
     scale_box.setCurrentIndex(scale_box.findData("kind"))  # and back
     assert w.session.sel.kind_scale and len(ov.block_bars) == len(w.session.blocks)
     w.select_view("heatmap")  # the token maps' box has no such choice

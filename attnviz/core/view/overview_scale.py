@@ -27,7 +27,7 @@ Numpy only: no Qt, no matplotlib.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -94,10 +94,7 @@ def percentile_label(log: bool, q: float = SPEECH_PERCENTILE) -> str:
 
 def _speech(thumbs: dict, scale: str, log: bool, vmax: float | None) -> OverviewScale:
     tops = block_tops(thumbs)
-    note = (
-        f"a scale per block (the {SPEECH_PERCENTILE:g}th percentile of its heads' cells; brighter saturate): "
-        + ", ".join(f"0–{t:.3g}" for t in tops.values())
-    )
+    note = f"a scale per block (the {SPEECH_PERCENTILE:g}th percentile of its heads' cells; brighter saturate)"
     return OverviewScale(max(tops.values(), default=1.0), percentile_label(log), note, tops, per_block=True)
 
 
@@ -119,7 +116,11 @@ def overview_colours(
     scale (a speech model's per block) only while ``kind_scale`` (no scale chosen in the box or by ``--scale``) and
     no top is set by hand: both win, as on every other view."""
     own = OVERVIEW_SCALES.get(result_kind(result, blocks)) if kind_scale and not vmax else None
-    return (own or _selected)(thumbs, scale, log, vmax)
+    got = (own or _selected)(thumbs, scale, log, vmax)
+    if got.per_block:  # the info line names each block's top
+        tops = ", ".join(f"{blocks[bi].name} 0–{top:.3g}" for bi, top in got.tops.items() if bi < len(blocks))
+        got = replace(got, note=f"{got.note}: {tops}")
+    return got
 
 
 def has_kind_scale(result: AttentionResult | None, blocks: list[Block]) -> bool:
