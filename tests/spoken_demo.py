@@ -35,7 +35,12 @@ def window_frames() -> int:
 
 
 def hand_thumbnails(result, clip: int, side: int = 64) -> list:
-    """Every head's overview thumbnail of the demo's result, pooled here from its maps with numpy: an axis as long
+    """Every head's overview thumbnail of the demo's result (:func:`hand_map_thumbnails`, one list)."""
+    return [t for per_map in hand_map_thumbnails(result, clip, side) for t in per_map]
+
+
+def hand_map_thumbnails(result, clip: int, side: int = 64) -> list:
+    """Per map of ``result.maps`` (a block's ``sites`` index them), its heads' overview thumbnails: each head's overview thumbnail of the demo's result, pooled here from its maps with numpy: an axis as long
     as the padded window (the encoder's frames) cut to the clip's ``clip`` frames, then each axis max-pooled in runs
     of ``ceil(n / side)`` from its start, a short last run padded with zeros (the weights are not negative)."""
     import numpy as np
@@ -52,5 +57,5 @@ def hand_thumbnails(result, clip: int, side: int = 64) -> list:
             shape = list(a.shape)
             shape[axis : axis + 1] = [a.shape[axis] // f, f]
             a = a.reshape(shape).max(axis=axis + 1)
-        out.extend(a)
+        out.append(list(a))
     return out

@@ -381,7 +381,10 @@ def _spec_overrides(args) -> dict:
 
 
 def _view_defaults(spec_d: dict, args) -> None:
-    """The view's own defaults a new figure records: the window's colour scale and link cut, the image's scale."""
+    """The view's own defaults a new figure records: the window's colour scale and link cut, the image's scale;
+    a scale given by --scale wins over a kind of model's own overview scale (FigureSpec.kind_scale)."""
+    if args.scale is not None and spec_d.get("view") == "overview":
+        spec_d["kind_scale"] = False
     if not args.recipe:  # a new figure is on the window's default scale; a recipe keeps the one it was drawn on
         from attnviz.core.view import DEFAULT_SCALE
 

@@ -74,6 +74,7 @@ def spec_of(result: AttentionResult, view: str, sel: vm.Selection, style: Figure
         image_base=sel.image_base,
         scale=sel.scale,
         image_scale=sel.image_scale if view == "image" else None,
+        kind_scale=None if sel.kind_scale or view != "overview" else False,  # (a scale chosen in the box wins)
         picture=sel.picture + 1 if sel.picture else None,
         image_from=sel.image_from if sel.image_from != vm.DEFAULT_IMAGE_FROM else None,
         frame=sel.frame + 1 if sel.frame else None,

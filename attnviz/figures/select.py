@@ -393,6 +393,7 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
         # unset in a recipe written before scales: the stretched scale it was drawn on (an image's: its own field)
         scale=spec.scale or "map",
         image_scale=spec.image_scale or "map",
+        kind_scale=spec.kind_scale is not False,  # (False: a scale chosen by --scale or in the window's box)
         picture=int(spec.picture or 1) - 1,
         image_from=spec.image_from or view.DEFAULT_IMAGE_FROM,
         frame=int(spec.frame or 1) - 1,

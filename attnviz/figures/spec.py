@@ -197,6 +197,9 @@ class FigureSpec:
     # a speech model's maps: the encoder frames after the clip too (the padding of the model's window).  None: as a
     # recipe written before the choice drew them (the whole window); `attnviz figure` records False, the window's
     padding: bool | None = None
+    # overview: False where a scale was chosen (--scale, the window's colour-scale box), which then wins over the
+    # kind of model's own (a speech model's top per block: core.view.overview_scale); None: the kind's own
+    kind_scale: bool | None = None
 
     def __post_init__(self):
         self.validate()
@@ -235,6 +238,8 @@ class FigureSpec:
             raise AttnvizError(
                 f"unknown colour scale {self.image_scale!r}; use one of {', '.join(SCALES)}", param="scale"
             )
+        if self.kind_scale is not None and not isinstance(self.kind_scale, bool):
+            raise AttnvizError(f"kind_scale {self.kind_scale!r}: use true or false", param="scale")
         if self.picture is not None and (isinstance(self.picture, bool) or int(self.picture) < 1):
             raise AttnvizError(f"picture {self.picture}: images count from 1; give --picture N", param="picture")
         if self.frame is not None and (isinstance(self.frame, bool) or int(self.frame) < 1):
@@ -262,7 +267,17 @@ class FigureSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         # not chosen: the recipe as it was before there was a choice
-        for key in ("picture", "image_from", "frame", "image_scale", "span", "key_span", "link_cut", "padding"):
+        for key in (
+            "picture",
+            "image_from",
+            "frame",
+            "image_scale",
+            "span",
+            "key_span",
+            "link_cut",
+            "padding",
+            "kind_scale",
+        ):
             if d[key] is None:
                 del d[key]
         return d

@@ -296,8 +296,10 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     layers = [style.only_layer] if style.only_layer is not None else list(range(block.n_layers))
     # the screen's thumbnails: the same filters, max-pooled to the same size (sharp peaks survive at 512 tokens)
     thumbs = vm.thumbnails(result, sel, vm.THUMB, blocks)  # every block: the screen's overview shares one scale
-    colours = vm.overview_colours(result, blocks, thumbs, sel.scale, sel.log, sel.vmax)  # the screen's scale
-    top_weight = colours.top
+    # the screen's scale: one over every block, or (a speech model's) this block's own, as its bar on screen says
+    colours = vm.overview_colours(result, blocks, thumbs, sel.scale, sel.log, sel.vmax, sel.kind_scale)
+    top_weight = colours.top_of(bi)
+    scale_words = "this block's colour scale" if colours.per_block else "one colour scale"
     maps = {(li, h): thumbs[(bi, li, h)] for li in layers for h in range(block.heads_in(li))}
     notes = vm.map_notes(result, sel, blocks)  # not the map itself: a tower's frames are never laid out for it
     H = max(block.heads_in(li) for li in layers)
@@ -331,7 +333,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         extra.append(vm.OFF_NOTE)
     note = vm.windows_note(block)  # what the rows' "win" means, as the screen's block title says
     windows = [note] if note is not None and not one else []
-    whole_title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
+    whole_title = make_title(result, spec, block.name, what, *windows, *notes, scale_words, *extra)
     norm = _norm(style, sel.log, max(top_weight, 1e-6))
     bar_label = colours.label
     tick_texts = [text for _, text in vm.scale_ticks(norm.vmin, norm.vmax, sel.log)]

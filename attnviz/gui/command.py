@@ -257,7 +257,7 @@ def focus_from_args(args) -> dict:
         if getattr(args, k) is not None
     }
     if args.scale is not None:  # as figure's --scale: the image view's own box too
-        focus.update(scale=args.scale, image_scale=args.scale)
+        focus.update(scale=args.scale, image_scale=args.scale, kind_scale=False)  # (the Overview's too)
     if args.vmax is not None:  # as figure's --vmax: the view model's check, the box's words
         focus["vmax"] = check_vmax(args.vmax, "--vmax")
     if args.frame is not None:

@@ -321,6 +321,7 @@ class MainWindow(QMainWindow):
         view = self.current_view()
         self.controls.set_scale_note(getattr(view, "scale_note", None))
         self.controls.set_scale_field(getattr(view, "scale_field", "scale"))
+        self.controls.set_kind_scale_offered(view is self.overview)
         if s.result is None or not s.blocks:
             return
         want = None

@@ -20,7 +20,7 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("onnxruntime")
 
 from gui_helpers import demo, kind_by_hand, open_and_wait, shown_tab, speech_demo
-from spoken_demo import hand_thumbnails
+from spoken_demo import hand_map_thumbnails
 
 from attnviz.cli import main
 from attnviz.core.view import OPENING_VIEWS
@@ -111,11 +111,7 @@ def test_the_speech_demos_maps_end_with_the_clip_on_screen_and_on_paper(qtbot, r
     note = f"the clip: frames 0–{clip - 1} of 200 (padding cut)"
     w.select_view("overview")
     assert note in w.overview.info.text()
-    # its one scale: the 99.5th percentile of every head's thumbnail (pooled from the maps by hand), said in words
-    cells = np.concatenate([t.ravel() for t in hand_thumbnails(w.session.result, clip)])
-    assert w.overview.levels[1] == pytest.approx(float(np.percentile(cells, 99.5)), rel=1e-6)
-    assert "99.5th percentile of all heads" in w.overview.colorbar.axis.labelText
-    assert f"one scale 0–{w.overview.levels[1]:.3g}" in w.overview.info.text()
+    overview_per_block(qtbot, w, clip, tmp_path)
     box.setChecked(True)  # the whole window
     assert w.session.sel.padding and note not in w.overview.info.text()
     ours = export(qtbot, w, "heatmap", tmp_path / "window-padding.png")
@@ -127,6 +123,45 @@ def test_the_speech_demos_maps_end_with_the_clip_on_screen_and_on_paper(qtbot, r
     open_and_wait(qtbot, w, demo("translation"), timeout=60000)
     assert box.isHidden()  # nothing after a clip to show
     capsys.readouterr()
+
+
+def overview_per_block(qtbot, w, clip: int, tmp_path: Path) -> None:
+    """A scale per block: each block's thumbnails and its small bar topped at the 99.5th percentile of its heads'
+    thumbnails (pooled from the maps by hand), the one bar hidden, the colour-scale box saying so; "fixed 0–1"
+    chosen in the box wins, one bar again, drawn as `figure --scale fixed` draws it."""
+    ov, scale_box = w.overview, w.controls.scale
+    per_map = hand_map_thumbnails(w.session.result, clip)
+    for bi, b in enumerate(w.session.blocks):
+        top = float(np.percentile(np.concatenate([t.ravel() for i in b.sites for t in per_map[i]]), 99.5))
+        assert ov.block_levels[bi] == pytest.approx((0.0, top), rel=1e-6), b.name
+        assert all(
+            tuple(img.levels) == pytest.approx((0.0, top), rel=1e-6) for k, img in ov.thumbs.items() if k[0] == bi
+        )
+        bar = ov.block_bars[bi]
+        assert bar.levels == pytest.approx((0.0, top), rel=1e-6) and f"{top:.3g}" in [
+            t.toPlainText() for t in bar.items[1:]
+        ]
+        assert bar.label.startswith(f"{b.name}: attention weight (this block's: top at the 99.5th percentile")
+        assert f"0–{top:.3g}" in ov.info.text()
+    assert not ov.colorbar.isVisible()
+    assert scale_box.currentText() == "per block: 99.5th percentile" and "its own scale" in scale_box.toolTip()
+    scale_box.setCurrentIndex(scale_box.findData("fixed"))  # the user's choice wins
+    assert not w.session.sel.kind_scale and not ov.block_bars and ov.colorbar.isVisible()
+    assert all(tuple(img.levels) == pytest.approx((0.0, 1.0)) for img in ov.thumbs.values())
+    assert ov.colorbar.axis.labelText == "attention weight (fixed 0–1)" and scale_box.currentText() == "fixed 0–1"
+    ours = export(qtbot, w, "overview", tmp_path / "window-fixed.png")
+    theirs = tmp_path / "figure-fixed.png"
+    assert main(["figure", str(speech_demo()), "--view", "overview", "--scale", "fixed", "--out", str(theirs)]) == 0
+    assert theirs.read_bytes() == ours
+    # the recipes say the choice (a recipe without the key: the kind's own scale, as the default figure's)
+    for recipe in (theirs, tmp_path / "window-fixed.png"):
+        assert json.loads(recipe.with_name(recipe.name + ".recipe.json").read_text())["view"]["kind_scale"] is False
+    assert "kind_scale" not in json.loads((tmp_path / "figure-overview.png.recipe.json").read_text())["view"]
+    scale_box.setCurrentIndex(scale_box.findData("kind"))  # and back
+    assert w.session.sel.kind_scale and len(ov.block_bars) == len(w.session.blocks)
+    w.select_view("heatmap")  # the token maps' box has no such choice
+    assert scale_box.findData("kind") < 0
+    w.select_view("overview")
 
 
 def burst_clip(path: Path, at: float = 1.413) -> Path:

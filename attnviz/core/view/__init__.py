@@ -157,7 +157,14 @@ from attnviz.core.view.overview import (
     thumbnails_kept,
     windows_note,
 )
-from attnviz.core.view.overview_scale import OVERVIEW_SCALES, SPEECH_PERCENTILE, OverviewScale, overview_colours
+from attnviz.core.view.overview_scale import (
+    OVERVIEW_SCALES,
+    SPEECH_PERCENTILE,
+    OverviewScale,
+    block_tops,
+    has_kind_scale,
+    overview_colours,
+)
 from attnviz.core.view.palette import (
     DEFAULT_SCALE,
     HEAD_COLOURS,
@@ -373,6 +380,8 @@ __all__ = [
     "default_image_query",
     "focus_heads",
     "overview_colours",
+    "block_tops",
+    "has_kind_scale",
     "TITLE_SEP",
     "title_lines",
     "OVERVIEW_SCALES",

@@ -75,6 +75,9 @@ class Selection:
     # a speech model's maps: draw the encoder frames after the clip too, the padding of the model's window (Whisper
     # pads every clip to 30 s); False: each frame axis ends with the clip (core.view.clip)
     padding: bool = False
+    # the overview draws its kind of model's own scale where it has one (a speech model's: a top per block,
+    # core.view.overview_scale); False once a scale is chosen in the colour-scale box or by --scale, which then wins
+    kind_scale: bool = True
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)

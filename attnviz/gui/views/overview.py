@@ -17,6 +17,7 @@ from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
+from attnviz.gui.views.block_bars import BAR_GAP, BlockBar, clear_bars, draw_bar, right_room
 from attnviz.gui.views.frames_key import FramesKeyBar
 
 THUMB = vm.THUMB  # max thumbnail side in cells (the figure pools to the same size)
@@ -52,6 +53,9 @@ class OverviewView(View):
         self.levels = (0.0, 1.0)
         self.vmax = 1.0
         self.scale = vm.OverviewScale(1.0, vm.overview_label(False, "fixed"), "fixed scale 0–1")  # (as drawn last)
+        self.block_levels: dict[int, tuple[float, float]] = {}  # block -> its thumbnails' colour range, as drawn
+        self.block_bars: dict[int, BlockBar] = {}  # a scale per block: each block's small bar beside its grid
+        self._block_rows: list[tuple[int, float, int]] = []  # (block, its first row, its layers)
         self._drawn_key = None
         # File ▸ Compare with…: a frame around each head, coloured by its divergence from model B
         self.frames: dict[tuple[int, int, int], QGraphicsRectItem] = {}
@@ -95,6 +99,8 @@ class OverviewView(View):
         blocks = self.session.blocks
         gap, cell_px = self._block_gap(blocks)
         self._titles = []
+        clear_bars(self.vb, self.block_bars)
+        self._block_rows = []
         y = 0.0
         for bi, blk in enumerate(blocks):
             note = vm.windows_note(blk)  # layers within windows and layers over the whole image (Qwen2.5-VL)
@@ -106,6 +112,7 @@ class OverviewView(View):
             self._labels.append(title)
             y += gap
             self._titles.append((title, y, full))
+            self._block_rows.append((bi, y, blk.n_layers))
             for layer, text in enumerate(vm.layer_labels(blk)):
                 lab = pg.TextItem(text, color="#444", anchor=(1, 0.5))
                 lab.setPos(-0.05, y + layer + 0.5)
@@ -129,7 +136,9 @@ class OverviewView(View):
         # the layer labels need pixels, not cells: a fixed 0.8 cell left a small model's grid a fifth narrower
         room = _label_room(blocks)
         margin = min(0.8 * room, room * LAYER_LABEL_PX / max(cell_px, 1.0))
-        self.vb.setRange(QRectF(-margin, 0, width + margin, y), padding=0.02)
+        # a kind with a scale per block (speech): room right of the grid for each block's bar and its ticks
+        bars = right_room(cell_px) if vm.has_kind_scale(self.session.result, blocks) else 0.0
+        self.vb.setRange(QRectF(-margin, 0, width + margin + bars, y), padding=0.02)
         self._place_titles()
         self._drawn_key = None
         self._frames_for = None
@@ -191,19 +200,42 @@ class OverviewView(View):
         maps = self.thumbnail_maps(use_cache)
         s = self.session
         log = s.sel.log
-        # one scale over every block: 0–1, their largest weight, a speech model's percentile, or by hand
-        self.scale = vm.overview_colours(s.result, s.blocks, maps, s.sel.scale, log, s.sel.vmax)
+        # one scale over every block: 0–1, their largest weight or by hand; or a speech model's per block
+        self.scale = vm.overview_colours(s.result, s.blocks, maps, s.sel.scale, log, s.sel.vmax, s.sel.kind_scale)
         vmax = self.scale.top
         self.vmax = vmax
         self.levels = style.display_levels(np.array([0.0, vmax]), log)
+        self.block_levels = {
+            bi: style.display_levels(np.array([0.0, self.scale.top_of(bi)]), log) for bi, _, _ in self._block_rows
+        }
+        if not self.scale.per_block:  # (the one bar sets every thumbnail's levels: first, so the images' own win)
+            style.set_colorbar(self.colorbar, self.levels, log, self.scale.label)
         for key, img in self.thumbs.items():
             m = maps.get(key)
             if m is None:
                 continue
-            img.setImage(style.display_values(m, log, self.levels), autoLevels=False, levels=self.levels)
+            levels = self.block_levels.get(key[0], self.levels)
+            img.setImage(style.display_values(m, log, levels), autoLevels=False, levels=levels)
+            # (again: the one bar's setImageItem left levels deferred to an image-less item, 0–1, which the first
+            # setImage applies after its own)
+            img.setLevels(levels)
             img.setRect(self.cells[key])  # setImage keeps the old pixel scale; re-fit the cell
-        style.set_colorbar(self.colorbar, self.levels, log, self.scale.label)
+        self.colorbar.setVisible(not self.scale.per_block)
         self.colorbar.setToolTip(f"{self.scale.label}: {self.scale.note}")
+        self._draw_block_bars(log)
+
+    def _draw_block_bars(self, log: bool) -> None:
+        """A scale per block: a small bar beside each block's grid, its ticks its block's top (the one colour bar
+        is hidden: it could say one top only)."""
+        clear_bars(self.vb, self.block_bars)
+        if not self.scale.per_block:
+            return
+        x = max((b.n_heads for b in self.session.blocks), default=1) - GAP + BAR_GAP
+        for bi, y, layers in self._block_rows:
+            name = self.session.blocks[bi].name
+            top = self.scale.top_of(bi)
+            words = f"{name}: {self.scale.label}, 0–{top:.3g}"
+            self.block_bars[bi] = draw_bar(self.vb, x, y, layers - GAP, top, log, words)
 
     def draw(self) -> None:
         s = self.session
@@ -217,6 +249,7 @@ class OverviewView(View):
             s.sel.scale,
             s.sel.vmax,
             s.sel.padding,
+            s.sel.kind_scale,
         )
         if key != self._drawn_key:
             self.redraw()

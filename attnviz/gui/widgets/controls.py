@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.core.rows import row_noun, scored_rows
 from attnviz.core.text_scores import TextScores
-from attnviz.core.view import SCALES, ViewError, check_vmax, n_steps, pads_clip
+from attnviz.core.view import SCALES, SPEECH_PERCENTILE, ViewError, check_vmax, has_kind_scale, n_steps, pads_clip
 from attnviz.core.view.palette import LOG_DECADES
 from attnviz.gui.selection import MODE_TITLES, MODES
 from attnviz.gui.widgets.elided_combo import ElidedCombo
@@ -40,6 +40,15 @@ SCALE_BY_HAND = "top set by hand ({top:g})"
 SCALE_BY_HAND_TIP = (
     "the colour top set by hand ({top:g}) is the top of every colour bar, whatever the colour scale: clear the "
     "colour-top box to choose a scale again"
+)
+# the Overview of a kind of model with a scale of its own (a speech model's: a top per block, core.view.overview_scale):
+# the box offers it as a fourth choice, shown while it is in force (the box said "fixed 0–1" while it was drawn)
+KIND_SCALE = "kind"  # the item's data: Selection.kind_scale, not a value of Selection.scale
+KIND_SCALE_TIP = (
+    "the Overview of a speech model draws each block (encoder self-attention, decoder self-attention, "
+    "cross-attention) on its own scale, topped at the {q:g}th percentile of its heads' cells, the top on each "
+    "block's small bar (their keys differ: one top over all was the encoder's, and saturated the decoder).  Choose "
+    "fixed 0–1, shared or stretched for one scale over every block, or set a colour top by hand"
 )
 LOG_TIP = f"colours on a log scale, {LOG_DECADES} decades below the top weight (weak weights become visible)"
 PADDING_TIP = (
@@ -143,7 +152,7 @@ class Controls(QWidget):
         self.layer_hi.valueChanged.connect(lambda v: self._set(layer_hi=v))
         self.keep.valueChanged.connect(lambda v: self._set(keep=v / 100.0))
         self.log.toggled.connect(lambda on: self._set(log=on))
-        self.scale.currentIndexChanged.connect(lambda i: self._set(**{self.scale_field: self.scale.itemData(i)}))
+        self.scale.currentIndexChanged.connect(self._on_scale)
         self.vmax.editingFinished.connect(self._on_vmax)
         self.hide_special.toggled.connect(lambda on: self._set(hide_special=on))
         self.padding.toggled.connect(lambda on: self._set(padding=on))
@@ -153,11 +162,21 @@ class Controls(QWidget):
         self._syncing = False
         self._scale_note: str | None = None  # the shown view's own scale (set_scale_note), else None
         self.scale_field = "scale"  # the field the colour-scale box sets (set_scale_field: a view's own)
+        self._kind_offered = False  # the view shown draws its kind's own scale where it has one (the Overview)
         self.rebuild()
 
     def _set(self, **changes) -> None:
         if not self._syncing:
             self.session.select(**changes)
+
+    def _on_scale(self, i: int) -> None:
+        """A scale chosen in the box: the view's field, and (the token maps' box) the Overview's kind scale off, so
+        the choice wins there too; the kind's own item back on."""
+        data = self.scale.itemData(i)
+        if data == KIND_SCALE:
+            self._set(kind_scale=True)
+        elif data is not None:
+            self._set(**{self.scale_field: data}, **({"kind_scale": False} if self.scale_field == "scale" else {}))
 
     def _on_vmax(self) -> None:
         """The typed top: set (or, empty, cleared); a bad one (0, negative, NaN, text) is refused in one message
@@ -218,6 +237,23 @@ class Controls(QWidget):
             box.setToolTip(tip if note is None else note)
         self._show_scale()
 
+    def set_kind_scale_offered(self, offered: bool) -> None:
+        """The view shown (the Overview) draws its kind of model's own scale where it has one: the box offers it."""
+        if offered != self._kind_offered:
+            self._kind_offered = offered
+            self._show_scale()
+
+    def _kind_item(self) -> bool:
+        """The box's fourth item, the kind's own scale, there while offered for this result (added or removed)."""
+        s = self.session
+        want = self._kind_offered and self.scale_field == "scale" and has_kind_scale(s.result, s.blocks)
+        at = self.scale.findData(KIND_SCALE)
+        if want and at < 0:
+            self.scale.addItem(f"per block: {SPEECH_PERCENTILE:g}th percentile", KIND_SCALE)
+        elif not want and at >= 0:
+            self.scale.removeItem(at)
+        return want
+
     def _show_scale(self) -> None:
         """The colour-scale box: the selection's scale, or (a colour top set by hand, which every view that draws a
         scale takes over the scale) greyed and saying so, its tooltip how to choose a scale again."""
@@ -225,10 +261,12 @@ class Controls(QWidget):
         by_hand = note is None and top is not None
         syncing, self._syncing = self._syncing, True  # (showing the state is no choice of the user's)
         try:
+            kind = self._kind_item() and self.session.sel.kind_scale and not by_hand
+            tip = KIND_SCALE_TIP.format(q=SPEECH_PERCENTILE) if kind else SCALE_TIP
             self.scale.setEnabled(note is None and not by_hand)
-            self.scale.setToolTip(note or (SCALE_BY_HAND_TIP.format(top=top) if by_hand else SCALE_TIP))
+            self.scale.setToolTip(note or (SCALE_BY_HAND_TIP.format(top=top) if by_hand else tip))
             self.scale.setPlaceholderText(SCALE_BY_HAND.format(top=top) if by_hand else "")
-            field = getattr(self.session.sel, self.scale_field)
+            field = KIND_SCALE if kind else getattr(self.session.sel, self.scale_field)
             self.scale.setCurrentIndex(-1 if by_hand else max(0, self.scale.findData(field)))
         finally:
             self._syncing = syncing
