@@ -75,4 +75,17 @@ def test_a_difference_that_is_zero_everywhere_says_so_on_its_bar(tmp_path):
     r2 = open_model(a, provider="cpu").analyze(text="the cat sat")
     r2.maps[0].array()[0, 0, 0, :] = [0.5, 0.25, 0.25, 0.0, 0.0][: r2.maps[0].array().shape[-1]]
     moved = compute_diff_map(r, r2, Selection(block=0, layer=0, head=0, mode="head"))
-    assert np.any(moved.matrix) and map_label(moved, False).endswith("(±max |A − B|)")
+    assert np.any(moved.matrix) and map_label(moved, False).endswith("(±max; red: A > B)")
+
+
+def test_the_bar_words_name_the_end_the_colours_give_a_positive_difference():
+    """'red: A > B' is true of both paintings of A − B: matplotlib's DIFF_CMAP (figures) and the screen's colours
+    (vm.DIFF_COLOURS, pyqtgraph) put +max at a red colour and −max at a blue one."""
+    import matplotlib
+    from matplotlib.colors import to_rgb
+
+    from attnviz.core.view import DIFF_CMAP, DIFF_COLOURS
+
+    for top, bottom in ((matplotlib.colormaps[DIFF_CMAP](1.0)[:3], matplotlib.colormaps[DIFF_CMAP](0.0)[:3]),
+                        (to_rgb(DIFF_COLOURS[-1]), to_rgb(DIFF_COLOURS[0]))):  # fmt: skip
+        assert top[0] > 2 * top[2] and bottom[2] > 2 * bottom[0], (top, bottom)  # (dark red, dark blue)

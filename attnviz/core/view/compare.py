@@ -42,7 +42,8 @@ def map_label(mv: MapView, log: bool) -> str:
         hidden = " (special tokens removed, rows renormalised)" if HIDDEN_NOTE in mv.notes else ""
         if not np.any(mv.matrix):  # the ±DIFF_FLOOR bar of an all-zero difference read as differences of 1e-6
             return f"A − B weight{hidden} (0 everywhere: A and B agree)"
-        return f"A − B weight{hidden} (±max |A − B|)"
+        # which end is which: RdBu_r (style.py, figures) puts a positive difference, A above B, at its red end
+        return f"A − B weight{hidden} (±max; red: A > B)"
     return notes_label(mv.notes, log, mv.scale, mv.vmax if mv.by_hand else None)
 
 
