@@ -544,9 +544,11 @@ def run(args) -> int:
     except AttnvizError as e:
         if args.maps and getattr(e, "param", None) == "generate":
             # figure --maps takes no --generate (it runs nothing): "(see --generate)" sent the user to a flag it
-            # refuses; the maps have to be extracted again, generating (extract generates none unless asked)
+            # refuses; the maps have to be extracted again, generating (extract generates as the window does,
+            # unless --generate 0 or a target given with --text-pair)
             raise AttnvizError(
-                f"{e}; {Path(args.maps).name} holds no generated words: run 'attnviz extract' again with --generate N"
+                f"{e}; {Path(args.maps).name} holds no generated words: run 'attnviz extract' again without "
+                "--generate 0 (it generates by default, as the window)"
             ) from None
         raise
 

@@ -63,10 +63,9 @@ def load_result(
         variant=variant,
     )
     if generate is None:
-        from attnviz.core.view import default_generate
-        from attnviz.runtime.speech import default_steps_in_room
+        from attnviz.runtime.default_steps import default_steps
 
-        generate = default_steps_in_room(m.meta, default_generate(m.kind, {"text": text, "text_pair": text_pair}))
+        generate = default_steps(m, {"text": text, "text_pair": text_pair})
     result = m.analyze(
         text=text,
         text_pair=text_pair,

@@ -8,11 +8,9 @@ model, read once when a result arrives, not rules every draw applies.
 from __future__ import annotations
 
 from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.steps_default import DEFAULT_GENERATE
 from attnviz.core.view.selection import Selection
 
-# generation steps a translation / captioning model takes when nobody says how many (it stops at EOS first):
-# enough for a sentence or a caption, few enough to run in a second on a CPU
-DEFAULT_GENERATE = 32
 # which input holds the decoder's text, per model kind: given, it is a target to teacher-force instead
 DECODER_TEXT = {"encoder-decoder": "text_pair", "vision-decoder": "text"}
 
