@@ -79,7 +79,7 @@ def model_name(model: AttnModel) -> str:
 
 def default_generate(model: AttnModel, given: dict | None = None) -> int:
     """Generation steps for a freshly opened model: the view model's one default, shared with ``attnviz figure``
-    (:func:`attnviz.core.view.default_generate`)."""
+    (:func:`attnviz.core.steps_default.default_generate`)."""
     from attnviz.runtime.default_steps import default_steps
 
     return default_steps(model, given)

@@ -78,10 +78,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--generate",
         type=int,
         metavar="N",
-        help="greedy steps: did the generation change? (default: as the window, "
-        f"{DEFAULT_GENERATE} for a translation or captioning model, none when --text-pair gives the target or for "
-        "other models; the output change is then measured over the generated tokens too. 0: no generation, faster "
-        "with --all-heads, where each head's generation re-runs the sequence every step)",
+        help="greedy steps: did the generation change? (default: the window's, "
+        f"{DEFAULT_GENERATE} for a translation or captioning model, none when a target is given (--text-pair; a "
+        "captioner's --text) or for other models; the output change is then measured over the generated tokens too. "
+        "0: no generation, faster with --all-heads, where each head's generation re-runs the sequence every step)",
     )
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
     p.add_argument(

@@ -131,7 +131,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_input_arguments(p, model_required=False, several_images=True, several_texts=True)
     add_variant_argument(p)
-    # not given: as many steps as the window takes for this kind of model (core.view.default_generate)
+    # not given: as many steps as the window takes for this kind of model (core.steps_default.default_generate)
     p.set_defaults(generate=None, beams=None)  # --beams: recorded in a recipe only when given
     view = p.add_argument_group("view")
     view.add_argument(

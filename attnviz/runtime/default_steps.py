@@ -7,22 +7,47 @@
 
 from __future__ import annotations
 
+import zipfile
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+from attnviz.core.steps_default import default_generate
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
 
+DECODER_INPUT = "decoder_tokens"  # the role of an input that holds the decoder's tokens (runtime/inputs.py)
+
 
 def default_steps(model: AttnModel, given: dict | None = None) -> int:
-    """The view model's default for the model's kind (:func:`attnviz.core.view.default_generate`: translation and
-    captioning generate, a given target is teacher-forced instead), cut to what a speech decoder's positions hold
-    (:func:`attnviz.runtime.speech.default_steps_in_room`)."""
-    from attnviz.core.view.defaults import default_generate
+    """The view model's default for the model's kind (:func:`attnviz.core.steps_default.default_generate`:
+    translation and captioning generate, a given target is teacher-forced instead), cut to what a speech decoder's
+    positions hold (:func:`attnviz.runtime.speech.default_steps_in_room`).  Raw feeds (``--inputs``) that hold the
+    decoder's tokens are a target given: run as they are, as a typed ``--text-pair`` is."""
+    given = given or {}
+    feeds = given.get("feeds")
+    if feeds is not None and _names(feeds) & {n for n, r in model.roles.items() if r == DECODER_INPUT}:
+        return 0
+    steps = default_generate(model.kind, given)
+    if not steps:  # (a text model's run imports no speech or generation module: tests/runtime/test_first_map_imports)
+        return 0
     from attnviz.runtime.speech import default_steps_in_room
 
-    return default_steps_in_room(model.meta, default_generate(model.kind, given))
+    return default_steps_in_room(model.meta, steps)
 
 
-def given_texts(args) -> dict:
-    """What :func:`default_steps` reads of a command's input flags: a target given is teacher-forced."""
-    return {"text": getattr(args, "text", None), "text_pair": getattr(args, "text_pair", None)}
+def given_inputs(args) -> dict:
+    """What :func:`default_steps` reads of a command's input flags."""
+    return {k: getattr(args, a, None) for k, a in (("text", "text"), ("text_pair", "text_pair"), ("feeds", "inputs"))}
+
+
+def _names(feeds) -> set[str]:
+    """The input names raw feeds hold: a mapping's keys, or a .npz file's arrays (read from its listing; a file that
+    cannot be read names none here and is refused, in its own words, when the run loads it)."""
+    if isinstance(feeds, Mapping):
+        return {str(k) for k in feeds}
+    try:
+        with zipfile.ZipFile(str(feeds)) as z:
+            return {n.removesuffix(".npy") for n in z.namelist()}
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return set()

@@ -44,7 +44,7 @@ def test_extract_generates_the_windows_steps_unless_told_not_to(tmp_path, capsys
     from attnviz.runtime import open_model
 
     window = first_input(open_model(TRANSLATION, provider="cpu"), {"text": SRC})["generate"]
-    assert window == 32  # what the window runs this translation with (core.view.default_generate)
+    assert window == 32  # what the window runs this translation with (core.steps_default.default_generate)
     out = tmp_path / "m.npz"
     lines = extract(capsys, TRANSLATION, "--text", SRC, "--out", out)
     info, generated, keys = npz_facts(out)
@@ -63,6 +63,12 @@ def test_extract_generates_the_windows_steps_unless_told_not_to(tmp_path, capsys
         info, generated, _ = npz_facts(out)
         assert info["generate"] == steps and len(generated) == steps
         assert "by default" not in lines[0] and any(line.startswith("generated: ") for line in lines) == bool(steps)
+    # raw feeds holding the decoder's tokens are a target given (teacher-forced); without them, the default steps
+    source = {"input_ids": np.array([[5, 6, 7, 2]]), "attention_mask": np.ones((1, 4), np.int64)}
+    for name, decoder, steps in (("forced", {"decoder_input_ids": np.array([[1, 9, 4]])}, 0), ("source", {}, 32)):
+        np.savez(tmp_path / f"{name}.npz", **source, **decoder)
+        extract(capsys, TRANSLATION, "--inputs", tmp_path / f"{name}.npz", "--out", out)
+        assert npz_facts(out)[0]["generate"] == steps
 
 
 def softmax_top(logits: np.ndarray, labels: list[str]) -> str:

@@ -63,8 +63,9 @@ class SeveralTexts(SeveralImages):
 
 # --generate of extract, figure and compare: not given, the steps the window takes (runtime/default_steps.py)
 GENERATE_HELP = (
-    f"greedy generation steps for decoder / encoder-decoder models (default: as the window, {DEFAULT_GENERATE} for a "
-    "translation or captioning model, none when --text-pair gives the target or for other models; 0: no generation)"
+    f"greedy generation steps for decoder / encoder-decoder models (default: the window's, {DEFAULT_GENERATE} for a "
+    "translation or captioning model, none when a target is given (--text-pair; a captioner's --text) or for other "
+    "models; 0: no generation)"
 )
 
 # (`attnviz open` takes it too: gui/command.py)
@@ -223,7 +224,7 @@ def resolve_generate(args, model) -> int:
     """``--generate`` not given: the steps the window takes for this model (set on ``args``, so that what a command
     prints and records is the number run); given, as given (0: no generation)."""
     if args.generate is None:
-        from attnviz.runtime.default_steps import default_steps, given_texts
+        from attnviz.runtime.default_steps import default_steps, given_inputs
 
-        args.generate = default_steps(model, given_texts(args))
+        args.generate = default_steps(model, given_inputs(args))
     return int(args.generate)

@@ -116,8 +116,8 @@ def _timing(result, default_steps: int | None = None) -> str:
         done = f"searched {len(beams)} beams over {count(int(steps), 'step')}"
     else:
         done = f"generated {count(len(result.generated), 'token')}"
-        if default_steps is not None:
-            done += f" ({count(default_steps, 'step')} by default, as the window; --generate 0 for none)"
+    if default_steps is not None:  # (a beam search's too: --beams alone searches the default steps)
+        done += f" ({count(default_steps, 'step')} by default, as the window; --generate 0 for none)"
     said = f"{done} in {gen_s * 1000:.1f} ms ({how})" if how else f"{done} in {gen_s * 1000:.1f} ms"
     return f"{said}, {run}" if "run_s" in info else said
 
