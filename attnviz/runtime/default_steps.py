@@ -16,20 +16,24 @@ from attnviz.core.steps_default import default_generate
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
 
-DECODER_INPUT = "decoder_tokens"  # the role of an input that holds the decoder's tokens (runtime/inputs.py)
-
 
 def default_steps(model: AttnModel, given: dict | None = None) -> int:
     """The view model's default for the model's kind (:func:`attnviz.core.steps_default.default_generate`:
     translation and captioning generate, a given target is teacher-forced instead), cut to what a speech decoder's
     positions hold (:func:`attnviz.runtime.speech.default_steps_in_room`).  Raw feeds (``--inputs``) that hold the
-    decoder's tokens are a target given: run as they are, as a typed ``--text-pair`` is."""
+    decoder's tokens are a target given: run as they are, as a typed ``--text-pair`` is.  A model with no decoder
+    input to generate through takes none (a default never makes a run refuse what nobody asked for)."""
     given = given or {}
-    feeds = given.get("feeds")
-    if feeds is not None and _names(feeds) & {n for n, r in model.roles.items() if r == DECODER_INPUT}:
-        return 0
     steps = default_generate(model.kind, given)
     if not steps:  # (a text model's run imports no speech or generation module: tests/runtime/test_first_map_imports)
+        return 0
+    from attnviz.runtime.builders import decoder_input
+
+    decoder = decoder_input(model)
+    if decoder is None:  # nothing to generate with (a decoder file alone, a graph with no decoder input): no default
+        return 0
+    feeds = given.get("feeds")
+    if feeds is not None and decoder.name in _names(feeds):
         return 0
     from attnviz.runtime.speech import default_steps_in_room
 

@@ -64,8 +64,8 @@ class SeveralTexts(SeveralImages):
 # --generate of extract, figure and compare: not given, the steps the window takes (runtime/default_steps.py)
 GENERATE_HELP = (
     f"greedy generation steps for decoder / encoder-decoder models (default: the window's, {DEFAULT_GENERATE} for a "
-    "translation or captioning model, none when a target is given (--text-pair; a captioner's --text) or for other "
-    "models; 0: no generation)"
+    "translation or captioning model, none when a target is given (--text-pair; a captioner's --text; --inputs "
+    "feeds holding the decoder's tokens) or for other models; 0: no generation)"
 )
 
 # (`attnviz open` takes it too: gui/command.py)
