@@ -34,7 +34,8 @@ def test_extract_cut_note_is_on_stderr_with_the_prefix(model, tmp_path, capsys):
     )
     stdout, stderr = _streams(capsys)
     assert stderr == ["attnviz: note: 8 tokens truncated to the first 4 (--max-tokens 4)"]
-    assert len(stdout) == 1 and stdout[0].startswith(f"wrote {out}: ")  # the result line alone, as before
+    # the result line, then (a classifier: gen30) its prediction, as the window's sidebar says it; no note
+    assert len(stdout) == 2 and stdout[0].startswith(f"wrote {out}: ") and stdout[1].startswith("prediction: ")
 
 
 def test_figure_of_a_batch_notes_the_row_it_drew(model, tmp_path, capsys):

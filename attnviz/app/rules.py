@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
-from attnviz.core import view as view_defaults
 from attnviz.core.view import Selection, clamp, layer_range
 from attnviz.runtime.audio import AUDIO_SUFFIXES
 from attnviz.runtime.folder import CORPUS_FILES, is_corpus_results
@@ -80,10 +79,10 @@ def model_name(model: AttnModel) -> str:
 
 def default_generate(model: AttnModel, given: dict | None = None) -> int:
     """Generation steps for a freshly opened model: the view model's one default, shared with ``attnviz figure``
-    (:func:`attnviz.core.view.default_generate`)."""
-    from attnviz.runtime.speech import default_steps_in_room
+    (:func:`attnviz.core.steps_default.default_generate`)."""
+    from attnviz.runtime.default_steps import default_steps
 
-    return default_steps_in_room(model.meta, view_defaults.default_generate(model_kind(model), given))
+    return default_steps(model, given)
 
 
 def sample_input(model: AttnModel) -> dict:

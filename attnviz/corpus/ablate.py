@@ -27,6 +27,7 @@ import argparse
 import time
 from pathlib import Path
 
+from attnviz.core.steps_default import DEFAULT_GENERATE
 from attnviz.corpus import outfiles
 from attnviz.corpus.config import heads_shown
 from attnviz.corpus.tables import HEADS, RUN, given_input, row_keys, write_heads
@@ -74,7 +75,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(over a corpus: the head's corpus-mean row at each query position)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help=f"results folder: {HEADS}, {RUN}")
-    p.add_argument("--generate", type=int, default=0, metavar="N", help="greedy steps: did the generation change?")
+    p.add_argument(
+        "--generate",
+        type=int,
+        metavar="N",
+        help="greedy steps: did the generation change? (default: the window's, "
+        f"{DEFAULT_GENERATE} for a translation or captioning model, none when a target is given (--text-pair; a "
+        "captioner's --text) or for other models; the output change is then measured over the generated tokens too. "
+        "0: no generation, faster with --all-heads, where each head's generation re-runs the sequence every step)",
+    )
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
     p.add_argument(
         "--max-tokens",
@@ -287,7 +296,7 @@ def run_one(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.corpus.items import sha256_model
     from attnviz.runtime.ablation import Ablation, gateable, parse_heads
-    from attnviz.runtime.commands.common import request_from_args
+    from attnviz.runtime.commands.common import request_from_args, resolve_generate
     from attnviz.runtime.host import prestart
 
     out = Path(args.out)
@@ -316,6 +325,7 @@ def run_one(args) -> int:
         wanted = parse_heads(args.heads, sites, vision_tower)
         chosen, refused = sorted(wanted), []
         off_sets = [wanted]
+    resolve_generate(args, model)  # not given: the window's steps for the model's kind (its ablation runs them)
     req = request_from_args(args)
     t0 = time.perf_counter()
     ab = Ablation(model, chosen, args.ablation, req)

@@ -10,6 +10,8 @@ HELP = "run a model over a corpus and reduce its attention to per-head statistic
 
 
 def add_arguments(p):
+    from attnviz.corpus.config import GENERATE_DEFAULT
+
     p.add_argument(
         "model",
         metavar="MODEL",
@@ -63,7 +65,8 @@ def add_arguments(p):
         default=None,  # None: not given (then 32), so that a --generate the run would ignore can be refused
         metavar="N",
         help="encoder-decoder without --text-pair-column: the decoder reads its own greedy output, up to N tokens "
-        "(default 32)",
+        f"(default {GENERATE_DEFAULT}, the steps the window, extract and figure take for a translation; with "
+        "--audio-dir, align-audio's; other kinds generate nothing here, as in the window)",
     )
     p.add_argument(
         "--out", required=True, metavar="DIR", help="results folder: heads.parquet, examples.parquet, run.json"

@@ -206,10 +206,11 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     import onnxruntime
 
     from attnviz import AttnvizError, __version__
+    from attnviz.core.steps_default import DEFAULT_GENERATE
     from attnviz.core.writes import guard
     from attnviz.corpus.items import sha256_model
     from attnviz.runtime import open_model
-    from attnviz.runtime.commands.common import request_from_args
+    from attnviz.runtime.commands.common import request_from_args, resolve_generate
     from attnviz.runtime.host import prestart
     from attnviz.runtime.inputs import load_feeds
 
@@ -252,18 +253,24 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     outfiles.refuse_model_folder(out, {"model A": args.model, "model B": args.other})
     prestart()
     feeds = load_feeds(args.inputs) if args.inputs else None
-    # every map is compared: on-demand recompute would materialise them anyway
-    req = dataclasses.replace(request_from_args(args), feeds=feeds, mode="dense")
-    results = []
+    request_from_args(args, steps=DEFAULT_GENERATE)  # a bad value is refused before any model is read
+    asked = args.generate  # None: the steps the window takes for A's kind (B runs A's input, as A's sample)
+    results, req = [], None
     for side, path, variant in (("A", args.model, args.variant_a), ("B", args.other, args.variant_b)):
         try:
             m = open_model(path, provider=args.provider, tokenizer=args.tokenizer, variant=variant)
+            if req is None:
+                resolve_generate(args, m)
+                # every map is compared: on-demand recompute would materialise them anyway
+                req = dataclasses.replace(request_from_args(args), feeds=feeds, mode="dense")
             results.append(m.analyze_request(req))
         except AttnvizError as e:  # "this model's positions stop at 128": which of the two
             raise side_error(side, path, e) from None
     ra, rb = results
     if args.generate and ra.info.get("generated_ids") != rb.info.get("generated_ids"):
-        raise AttnvizError(generated_apart(ra, rb))
+        # no --generate given: the window's default steps were taken, so the way out is --generate 0
+        off = "without --generate" if asked is not None else f"with --generate 0 (it took the window's {args.generate})"
+        raise AttnvizError(generated_apart(ra, rb, off))
     comp = compare_results(ra, rb, feeds)
     if not comp.heads:
         raise AttnvizError(no_shared_site(comp.unmatched))
@@ -310,7 +317,7 @@ def _sample_input(args) -> None:
     for key in ("text", "text_pair", "image", "audio"):
         if key in sample and getattr(args, key) is None:
             setattr(args, key, sample[key])
-    if not args.generate and sample.get("generate") is not None:
+    if args.generate is None and sample.get("generate") is not None:  # (--generate 0: no generation)
         args.generate = int(sample["generate"])
     assert found is not None
     say(f"no input given; using model A's sample input for both models ({found.describe()})")

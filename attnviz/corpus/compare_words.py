@@ -27,13 +27,14 @@ def no_shared_site(unmatched: list[str], b: str = "B") -> str:
     return f"A and {b} share no attention site to compare ({shown}); {fix}"
 
 
-def generated_apart(ra, rb) -> str:
+def generated_apart(ra, rb, off: str = "without --generate") -> str:
     """The line for two models whose greedy generations part (their maps are over different sequences): both
     generations, and the fix for this kind of model.  An encoder-decoder compares teacher-forced on one target
     (--text-pair); a decoder-only model has no --text-pair (sentence B of an encoder), so its fix is the one
-    sequence as its text (the line sent decoder-only users to a flag their model refuses)."""
+    sequence as its text (the line sent decoder-only users to a flag their model refuses).  ``off``: how generation
+    is turned off for this command line (without the flag typed, or --generate 0 where the default generated)."""
     a, b = " ".join(ra.generated or []), " ".join(rb.generated or [])
     said = f"A and B generated different tokens (A: “{a}”; B: “{b}”), so their maps are over different sequences"
     if ra.info.get("kind") == "decoder":
-        return f"{said}; compare them on one sequence: the prompt and A's (or B's) words as --text, without --generate"
-    return f"{said}; compare them teacher-forced on one target (--text-pair '{a}', A's words) or without --generate"
+        return f"{said}; compare them on one sequence: the prompt and A's (or B's) words as --text, {off}"
+    return f"{said}; compare them teacher-forced on one target (--text-pair '{a}', A's words) or {off}"

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attnviz.core.steps_default import DEFAULT_GENERATE
+
 CHECKPOINT = "checkpoint.npz"
-GENERATE_DEFAULT = 32  # greedy tokens per item when --generate is not given
+# greedy tokens per item when --generate is not given: the window's steps for a translation (core/steps_default.py)
+GENERATE_DEFAULT = DEFAULT_GENERATE
 
 
 @dataclass(kw_only=True)

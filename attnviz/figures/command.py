@@ -131,7 +131,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_input_arguments(p, model_required=False, several_images=True, several_texts=True)
     add_variant_argument(p)
-    # not given: as many steps as the window takes for this kind of model (core.view.default_generate)
+    # not given: as many steps as the window takes for this kind of model (core.steps_default.default_generate)
     p.set_defaults(generate=None, beams=None)  # --beams: recorded in a recipe only when given
     view = p.add_argument_group("view")
     view.add_argument(
@@ -547,9 +547,11 @@ def run(args) -> int:
     except AttnvizError as e:
         if args.maps and getattr(e, "param", None) == "generate":
             # figure --maps takes no --generate (it runs nothing): "(see --generate)" sent the user to a flag it
-            # refuses; the maps have to be extracted again, generating (extract generates none unless asked)
+            # refuses; the maps have to be extracted again, generating (extract generates as the window does,
+            # unless --generate 0 or a target given with --text-pair)
             raise AttnvizError(
-                f"{e}; {Path(args.maps).name} holds no generated words: run 'attnviz extract' again with --generate N"
+                f"{e}; {Path(args.maps).name} holds no generated words: run 'attnviz extract' again without "
+                "--generate 0 (it generates by default, as the window)"
             ) from None
         raise
 

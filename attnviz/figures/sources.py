@@ -32,7 +32,7 @@ def load_result(
     """Run ``model`` on the inputs (through :func:`attnviz.runtime.open_model`) or read a maps file.
 
     ``generate`` None: as many steps as the window takes for this kind of model
-    (:func:`attnviz.core.view.default_generate`); the number used is kept in ``result.info["generate"]``."""
+    (:func:`attnviz.core.steps_default.default_generate`); the number used is kept in ``result.info["generate"]``."""
     if maps is not None:
         if model is not None:
             raise AttnvizError("give a model or --maps, not both")
@@ -63,10 +63,9 @@ def load_result(
         variant=variant,
     )
     if generate is None:
-        from attnviz.core.view import default_generate
-        from attnviz.runtime.speech import default_steps_in_room
+        from attnviz.runtime.default_steps import default_steps
 
-        generate = default_steps_in_room(m.meta, default_generate(m.kind, {"text": text, "text_pair": text_pair}))
+        generate = default_steps(m, {"text": text, "text_pair": text_pair, "feeds": feeds})
     result = m.analyze(
         text=text,
         text_pair=text_pair,

@@ -10,6 +10,7 @@ from attnviz.core.notice import say
 from attnviz.core.numbers import as_typed_arg
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, SCALES
 from attnviz.runtime.commands.common import (
+    GENERATE_HELP,
     MAX_TOKENS_HELP,
     TEXT_FILE_HELP,
     DeprecatedAlias,
@@ -49,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "model), or several images each scored against the text(s) (a dual encoder: CLIP, SigLIP)",
     )
     p.add_argument("--audio", metavar="FILE", help="sound file (WAV, FLAC, OGG) for speech models (Whisper)")
-    p.add_argument("--generate", type=int, default=None, metavar="N", help="greedy generation steps (decoder models)")
+    p.add_argument("--generate", type=int, default=None, metavar="N", help=GENERATE_HELP)  # extract's words
     p.add_argument(
         "--beams",
         type=int,

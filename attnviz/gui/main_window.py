@@ -28,6 +28,7 @@ from attnviz.app.compare import save_compared
 from attnviz.app.export_recipe import RunSources, WindowExport, save_with_recipe, without_recipe
 from attnviz.app.fields import WINDOW
 from attnviz.app.jobs import analyze, open_model_ready
+from attnviz.app.maps_file import MapsFile
 from attnviz.core.setting_words import Wording, worded
 from attnviz.core.view import Selection, opening_view
 from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
@@ -110,7 +111,6 @@ class MainWindow(QMainWindow):
         self.variant: str | None = None  # a Hub repository's quantized siblings (attnviz open --variant)
         # how a run keeps its maps (attnviz open --memory; no control in the window): auto picks by the estimate
         self.memory = "auto"
-        self.maps_path: Path | None = None  # the `attnviz extract` maps file shown (None: a model's run)
         # a tab asked for (open --view, a restored session): the next model opened shows it, not its kind's
         self.view_pinned = False
 
@@ -598,13 +598,16 @@ class MainWindow(QMainWindow):
         except AttnvizError as e:
             self.show_error(str(e))
             return
-        self.session.set_model(None)
-        self.maps_path = Path(path)  # a figure's recipe names it (attnviz figure --maps)
+        self.session.set_model(None, maps_path=Path(path))  # a figure's recipe names it (attnviz figure --maps)
         self.add_recent(path)
         try:
             self._show_result(result)
         except Exception as e:
             self.show_error(f"{Path(path).name}: cannot show these maps ({error_text(e)})")
+            return
+        # the input panel shows the run the file holds (its steps, its text), not what the last model was given
+        self.inputs.configure_for(None)
+        self.inputs.set_values(**MapsFile.of(path, result).input_values())
 
     # -- running -----------------------------------------------------------------------
     def run_analysis(self, request: AnalyzeRequest | None = None) -> None:
@@ -876,7 +879,7 @@ class MainWindow(QMainWindow):
             why = "heads are switched off (Switch head off), which the command line cannot run"
         return RunSources(
             model=str(m.path) if m is not None else None,
-            maps=str(self.maps_path) if m is None and self.maps_path is not None else None,
+            maps=str(s.maps_path) if m is None and s.maps_path is not None else None,
             request=self.last_request if m is not None else None,
             provider=self.provider or "auto",
             tokenizer=str(self.tokenizer) if self.tokenizer else None,

@@ -15,6 +15,7 @@ run_note_changed()    what became of the latest run while no result is shown (``
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
@@ -42,6 +43,8 @@ class Session(QObject):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.model: AttnModel | None = None
+        # the `attnviz extract` maps file shown (None: a model's run): its sidebar section and a figure's recipe
+        self.maps_path: Path | None = None
         self.result: AttentionResult | None = None
         self.blocks: list[Block] = []
         self.sel = Selection()
@@ -64,8 +67,10 @@ class Session(QObject):
         return self._fresh
 
     # -- state changes -------------------------------------------------------
-    def set_model(self, model: AttnModel | None) -> None:
+    def set_model(self, model: AttnModel | None, maps_path: Path | None = None) -> None:
+        """``maps_path``: no model, the maps of this file (``attnviz extract``'s .npz) shown instead."""
         self.model = model
+        self.maps_path = maps_path if model is None else None
         self._fresh = True
         if self.ablation.off or self.ablation_outcome is not None:  # heads of another model: all back on
             self.set_ablation(AblationState())

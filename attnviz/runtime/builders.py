@@ -125,6 +125,16 @@ def _takes_no(model: AttnModel, given: str) -> AttnvizError:
     )
 
 
+def decoder_input(model: AttnModel):
+    """The input the decoder's tokens go in: its own, else (an image-captioning or decoder-only graph) the token
+    input; None where the model has none, so it cannot generate (a default generation is then none:
+    runtime/default_steps.py)."""
+    dec_in = by_role(model, "decoder_tokens")
+    if dec_in is None and model.kind in ("vision-decoder", "decoder"):
+        return by_role(model, "tokens")
+    return dec_in
+
+
 def _ids_array(rows: list[list[int]], dtype: str) -> np.ndarray:
     return np.asarray(rows, dtype=np.dtype(dtype) if dtype.startswith("int") else np.int64)
 
@@ -835,10 +845,9 @@ def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     # (a dual encoder's several images: rows once the texts are in, _pair_text)
     several = (prep.img_in.name, "image_sizes") if (prep.images or prep.pair_images) and prep.img_in else ()
     prep.batch = max((v.shape[0] for k, v in feeds.items() if v.ndim >= 2 and k not in several), default=1)
-    dec_in, tok_in = by_role(model, "decoder_tokens"), by_role(model, "tokens")
-    # the token input of an image-captioning graph or a decoder-only graph is the decoder's
-    prep.decoder_is_tokens = model.kind in ("vision-decoder", "decoder") and dec_in is None and tok_in is not None
-    prep.dec_in = tok_in if prep.decoder_is_tokens else dec_in
+    tok_in = by_role(model, "tokens")
+    prep.dec_in = decoder_input(model)
+    prep.decoder_is_tokens = prep.dec_in is not None and prep.dec_in is tok_in
     b = _Build(model, req, prep, by_role(model, "series"), tok_in, prep.dec_in)
     if req.text is not None and prep.batch > 1:
         raise AttnvizError("give a text or a batch of raw inputs, not both", param="inputs")

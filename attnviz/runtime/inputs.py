@@ -730,7 +730,8 @@ def _check_feed(p: Path, name: str, a: np.ndarray) -> None:
 
 
 def parse_series(text: str) -> np.ndarray:
-    words = [x for x in re.split(r"[,\s]+", text.strip()) if x]
+    """A forecaster's series typed as numbers separated by spaces or commas (``--text``, the window's text box)."""
+    words = _series_words(text)
     try:
         vals = [float(x) for x in words]
     except ValueError:
@@ -749,6 +750,29 @@ def parse_series(text: str) -> np.ndarray:
         fix = "give a measured value in its place" if bad != bad else "give smaller numbers"  # NaN: no size to shrink
         raise AttnvizError(f"series value {bad:g} is not a finite number within float32's range (±{top:.3g}); {fix}")
     return np.asarray(vals, np.float32)
+
+
+def _series_words(text: str) -> list[str]:
+    """The series' numbers as typed.  An empty item between commas (``1,,2``, ``1, ,2``) is refused, naming its
+    position: it is a value left out or a comma typed twice, and reading it as ``1,2`` shifted every later value
+    one step earlier in time.  A comma ending a line stays allowed (a row copied from a spreadsheet or a CSV line,
+    ``1, 2, 3,``): nothing follows it, so no value moves."""
+    words: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        line = line[:-1] if line.endswith(",") else line  # the line's own end: nothing after it moves
+        if not line:
+            continue
+        for field in line.split(","):
+            if not field.strip() and not words:
+                raise AttnvizError("series item 1 is empty (a comma before the first value); remove the comma")
+            if not field.strip():
+                raise AttnvizError(
+                    f"series item {len(words) + 1} is empty (nothing between two commas, after {words[-1][:40]!r}); "
+                    "give the missing value there or remove the extra comma"
+                )
+            words.extend(field.split())
+    return words
 
 
 def _is_float(word: str) -> bool:

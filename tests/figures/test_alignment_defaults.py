@@ -145,19 +145,22 @@ def test_heads_without_a_block_are_drawn_on_the_block_the_window_opens_on(run, t
 
 @pytest.mark.parametrize("view", ["alignment", "strip"])
 def test_maps_extracted_without_generating_name_extract_again(tmp_path, capsys, view):
-    """ux29: `extract` generates only when asked (figure and the window generate 32 steps for a translator), so its
-    maps of a verse hold the start token's row alone, and `figure MAPS.npz --view alignment` said "... or generate
-    (see --generate)": a flag `figure --maps` cannot take.  The line names the maps file and the command to run
-    again; that command's maps then draw."""
+    """ux29: maps of a verse extracted with no generation (``--generate 0``: extract generates as the window does
+    since gen30) hold the start token's row alone, and `figure MAPS.npz --view alignment` said "... or generate
+    (see --generate)": a flag `figure --maps` cannot take.  The line names the maps file and how to extract them
+    again; extract's default maps then draw."""
     maps, out = tmp_path / "maps.npz", tmp_path / f"{view}.pdf"
-    assert main(["extract", str(TRANSLATION), "--text", SRC, "--out", str(maps)]) == 0
+    assert main(["extract", str(TRANSLATION), "--text", SRC, "--generate", "0", "--out", str(maps)]) == 0
     capsys.readouterr()
     assert fig(maps, "--view", view, "--out", out) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"attnviz: error: the {view} view needs ")
-    assert err[0].endswith("; maps.npz holds no generated words: run 'attnviz extract' again with --generate N")
+    assert err[0].endswith(
+        "; maps.npz holds no generated words: run 'attnviz extract' again without --generate 0 (it generates by "
+        "default, as the window)"
+    )
     assert "(see --generate)" not in err[0] and not out.exists()
-    assert main(["extract", str(TRANSLATION), "--text", SRC, "--generate", "4", "--out", str(maps)]) == 0
+    assert main(["extract", str(TRANSLATION), "--text", SRC, "--out", str(maps)]) == 0
     assert fig(maps, "--view", view, "--out", out) == 0 and out.is_file()
     assert fig(TRANSLATION, "--text", SRC, "--view", "strip", "--generate", "0", "--out", tmp_path / "m.pdf") == 2
     assert capsys.readouterr().err.strip().endswith("(see --generate)")  # a model run: the flag is figure's own

@@ -289,7 +289,9 @@ def test_cli_extract_inspect_and_bad_audio(whisper, tmp_path, capsys):
     refused(["extract", str(folder), "--audio", str(wav), "--generate", "62", "--out", str(out)], "--generate 61")
     # --max-seconds keeps the first 5 s: the maps are transformers' on the cut clip (as the 16-bit file holds it)
     capsys.readouterr()
-    assert main(["extract", str(folder), "--audio", str(long), "--max-seconds", "5", "--out", str(out)]) == 0
+    # (--generate 0: the forced prompt's rows alone; no steps given, extract generates as the window does: gen30)
+    cut = ["--max-seconds", "5", "--generate", "0"]
+    assert main(["extract", str(folder), "--audio", str(long), *cut, "--out", str(out)]) == 0
     assert f"attnviz: note: {long.name}: 6.00 s cut to the first 5 s (--max-seconds 5)" in capsys.readouterr().err
     held, _ = sf.read(long, dtype="float32")
     _, refs = _reference(hf, fe, [held[: 5 * RATE]], [dec[:4]])

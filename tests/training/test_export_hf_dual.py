@@ -38,7 +38,7 @@ def test_export_hf_dual_encoder_maps_equal_transformers(tmp_path, capsys, arch):
         np.testing.assert_allclose(g.array(), r, atol=5e-4)
     # no class names: the classes are the texts (the config's id2label is transformers' LABEL_0/LABEL_1 placeholder,
     # which the sidebar named as this two-text batch's prediction, "LABEL_1 (p = 0.52)")
-    from attnviz.gui.widgets.model_sidebar import prediction
+    from attnviz.core.prediction import prediction
 
     assert m.config.id2label == {0: "LABEL_0", 1: "LABEL_1"}
     assert "labels" not in am.meta and prediction(res, am.meta) is None

@@ -38,6 +38,7 @@ setting patches the submodule that reads it (``attnviz.core.view.overview.POOL_T
 
 from __future__ import annotations
 
+from attnviz.core.steps_default import DECODER_TEXT, DEFAULT_GENERATE, default_generate
 from attnviz.core.view.alignment import (
     alignment_map,
     cross_block,
@@ -72,10 +73,7 @@ from attnviz.core.view.compare import (
     matching_selection,
 )
 from attnviz.core.view.defaults import (
-    DECODER_TEXT,
-    DEFAULT_GENERATE,
     declared_alignment,
-    default_generate,
     default_image_base,
     default_selection,
 )

@@ -1,7 +1,7 @@
 """What a freshly opened result shows, the same in the window and in ``attnviz figure``.
 
 The default selection (the declared alignment head, else the mean over the last layer's heads), the default image
-base and the default number of generation steps.  Kept apart from :mod:`.selection`: these are policies about a
+base and (from :mod:`attnviz.core.steps_default`) the default number of generation steps.  Kept apart from :mod:`.selection`: these are policies about a
 model, read once when a result arrives, not rules every draw applies.
 """
 
@@ -9,24 +9,6 @@ from __future__ import annotations
 
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.view.selection import Selection
-
-# generation steps a translation / captioning model takes when nobody says how many (it stops at EOS first):
-# enough for a sentence or a caption, few enough to run in a second on a CPU
-DEFAULT_GENERATE = 32
-# which input holds the decoder's text, per model kind: given, it is a target to teacher-force instead
-DECODER_TEXT = {"encoder-decoder": "text_pair", "vision-decoder": "text"}
-
-
-def default_generate(kind: str, given: dict | None = None) -> int:
-    """Generation steps when none are asked for, the same in the window and in ``attnviz figure``.
-
-    Translation and captioning generate (what they are for, and what Alignment and the strip show); a
-    target the caller gave is teacher-forced instead (generating would continue it).  Decoder-only graphs
-    may be forecasters with no token input, so they just run."""
-    key = DECODER_TEXT.get(str(kind or ""))
-    if key is None:
-        return 0
-    return 0 if (given or {}).get(key) else DEFAULT_GENERATE
 
 
 def default_selection(result: AttentionResult, blocks: list[Block] | None = None) -> Selection:

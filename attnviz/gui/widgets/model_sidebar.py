@@ -10,9 +10,11 @@ from pathlib import PurePath
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget, QTreeWidgetItem
 
+from attnviz.app.maps_file import MapsFile
 from attnviz.app.rules import model_kind_words
 from attnviz.app.run_facts import BEAM_KEYS, beam_lines, beam_summary, run_fact
 from attnviz.core import view as vm
+from attnviz.core.prediction import prediction
 from attnviz.core.text_scores import PAIR_MARK, TextScores
 from attnviz.core.token_counts import token_lines
 from attnviz.core.words import count
@@ -23,6 +25,7 @@ MAX_ROWS = 200
 TIP_CHARS = 4000
 RUN_CHARS = 600  # a Run row's value (a note, the generated words) is shown whole up to this long
 BEAM_SEARCH = "beam search"  # the Run section's row of a beam search: beams, the one shown, its score
+MAPS_FILE = "Maps file"  # the section of an opened .npz: the file, its model, its steps (app/maps_file.py)
 SCORES = "scores"  # the Run section's row of a dual encoder's texts, each with its score (the one shown marked)
 PATH_CHARS = 400  # a path is shown whole up to this long (the 120 characters of other values cut its file name)
 
@@ -76,38 +79,6 @@ def _score_rows(info: dict, shown: int) -> list[tuple[str, object]]:
             )
         )
     return rows
-
-
-def prediction(result, meta: dict) -> str | None:
-    """What the model said, from its ordinary outputs and metadata.
-
-    Classifiers (``attnviz.task`` ending in "classification" with ``attnviz.labels``): ``"B (p = 0.63)"``;
-    forecasters: the first predicted values.  None for anything else.
-    """
-    import numpy as np
-
-    task = str(meta.get("task") or "")
-    outputs = [np.asarray(v) for v in (result.outputs or {}).values()]
-    outputs = [a for a in outputs if a.size and np.issubdtype(a.dtype, np.floating)]
-    if not outputs:
-        return None
-    if task.endswith("classification"):
-        labels = meta.get("labels")
-        if not isinstance(labels, list) or not labels:
-            return None
-        for a in outputs:
-            if a.ndim == 2 and a.shape[-1] == len(labels):
-                z = a[0].astype(np.float64)
-                p = np.exp(z - z.max())
-                p /= p.sum()
-                i = int(np.argmax(p))
-                return f"{labels[i]} (p = {p[i]:.2f})"
-        return None
-    if task == "forecasting":
-        v = np.ravel(outputs[0][0])
-        shown = " ".join(f"{x:.3g}" for x in v[:8])
-        return f"forecast {shown}" + (" …" if v.size > 8 else "")
-    return None
 
 
 class _WrapDelegate(QStyledItemDelegate):
@@ -213,6 +184,9 @@ class ModelSidebar(QTreeWidget):
         if m is None and r is None:
             self._add("Model", [("", "no model open")])
             return
+        if m is None and r is not None and self.session.maps_path is not None:
+            # an `attnviz extract` file: what it holds, where the Model section names the model
+            self._add(MAPS_FILE, MapsFile.of(self.session.maps_path, r).rows())
         if m is not None:
             self._add(
                 "Model",
@@ -297,6 +271,7 @@ class ModelSidebar(QTreeWidget):
                     "vision_grids",  # their patches' grids in the vision tower (its keys say img1(r,c), ...)
                     "vision_tower",  # a VLM's tower alone: its blocks say "vision" (the maps row above)
                     "fidelity",  # the Model section's warnings
+                    "generate",  # the steps: the input panel's generate field (a maps file's: its own section)
                 ) or v in (None, "", [], {}):
                     continue
                 if said is not None and k in BEAM_KEYS:  # the beam search row says them

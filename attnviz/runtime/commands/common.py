@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from attnviz.core.notice import say
+from attnviz.core.steps_default import DEFAULT_GENERATE
 
 if TYPE_CHECKING:
     from attnviz.runtime.request import AnalyzeRequest
@@ -59,6 +60,13 @@ class SeveralTexts(SeveralImages):
     """``--text`` given once is its text; given again, the list of them in order (a dual encoder's candidate texts,
     each scored against the one image)."""
 
+
+# --generate of extract, figure and compare: not given, the steps the window takes (runtime/default_steps.py)
+GENERATE_HELP = (
+    f"greedy generation steps for decoder / encoder-decoder models (default: the window's, {DEFAULT_GENERATE} for a "
+    "translation or captioning model, none when a target is given (--text-pair; a captioner's --text; --inputs "
+    "feeds holding the decoder's tokens) or for other models; 0: no generation)"
+)
 
 # (`attnviz open` takes it too: gui/command.py)
 TEXT_FILE_HELP = (
@@ -117,9 +125,9 @@ def add_input_arguments(
     p.add_argument(
         "--generate",
         type=int,
-        default=0,
+        default=None,  # None: not given, then the window's steps for the model's kind (runtime/default_steps.py)
         metavar="N",
-        help="greedy generation steps for decoder / encoder-decoder models",
+        help=GENERATE_HELP,
     )
     p.add_argument(
         "--beams",
@@ -163,8 +171,9 @@ def add_input_arguments(
     )
 
 
-def request_from_args(args) -> AnalyzeRequest:
-    """The :class:`AnalyzeRequest` the input flags name (checked: a bad value is one line, as in the window)."""
+def request_from_args(args, steps: int = 0) -> AnalyzeRequest:
+    """The :class:`AnalyzeRequest` the input flags name (checked: a bad value is one line, as in the window);
+    ``steps``: the generation when ``--generate`` was not given (:func:`resolve_generate` sets it from the model)."""
     from attnviz.runtime.request import AnalyzeRequest
 
     return AnalyzeRequest(
@@ -172,7 +181,7 @@ def request_from_args(args) -> AnalyzeRequest:
         text_pair=args.text_pair,
         image=args.image,
         feeds=args.inputs,
-        generate=args.generate,
+        generate=steps if args.generate is None else args.generate,
         beams=getattr(args, "beams", 1),
         mode=getattr(args, "mode", "auto"),  # `ablate` has no memory flag (its --mode is the ablation's)
         image_size=tuple(args.image_size) if args.image_size else None,
@@ -197,8 +206,9 @@ def analyze_from_args(args):
     from attnviz.runtime import open_model
     from attnviz.runtime.sample import require_input
 
-    req = request_from_args(args)
-    require_input(req, args.model)  # before opening: a missing input needs no model load
+    # checked before opening (a missing input or a bad value needs no model load); steps not given are checked as
+    # the most a default takes, the model's own default follows once it is open
+    require_input(request_from_args(args, steps=DEFAULT_GENERATE), args.model)
     from attnviz.runtime.host import prestart
 
     prestart()  # the isolation child starts while the model is read
@@ -206,4 +216,15 @@ def analyze_from_args(args):
     model = open_model(
         args.model, provider=args.provider, tokenizer=args.tokenizer, variant=getattr(args, "variant", None)
     )
-    return model, model.analyze_request(req)
+    resolve_generate(args, model)
+    return model, model.analyze_request(request_from_args(args))
+
+
+def resolve_generate(args, model) -> int:
+    """``--generate`` not given: the steps the window takes for this model (set on ``args``, so that what a command
+    prints and records is the number run); given, as given (0: no generation)."""
+    if args.generate is None:
+        from attnviz.runtime.default_steps import default_steps, given_inputs
+
+        args.generate = default_steps(model, given_inputs(args))
+    return int(args.generate)

@@ -40,9 +40,13 @@ def run(args) -> int:
         },
         {"--out": out},
     )
+    asked = args.generate  # None: the window's steps for the model's kind (analyze_from_args sets them)
     model, result = analyze_from_args(args)  # (first: it starts the isolation child before numpy is imported)
+    # the steps the run took, in the .npz: the window opened on it shows them, figure --maps and a recipe name them
+    result.info["generate"] = int(args.generate or 0)
     from attnviz.core import limits
     from attnviz.core.io import save_npz, written_bytes
+    from attnviz.core.prediction import prediction
     from attnviz.core.rows import beam_rows, score_text
     from attnviz.core.text_scores import TextScores
     from attnviz.core.words import count
@@ -53,7 +57,7 @@ def run(args) -> int:
     save_npz(result, out)
     dev = result.info.get("provider", "?")
     note = result.info.get("provider_note")
-    timing = _timing(result)
+    timing = _timing(result, None if asked is not None else int(args.generate or 0))
     src = model.path  # optimum's MODEL/onnx/ folder: "onnx" alone says little
     name = f"{src.parent.name}/{src.name}" if src.is_dir() and src.name == "onnx" else src.name
     print(
@@ -69,6 +73,9 @@ def run(args) -> int:
             print(f"beam {i} (score {said}): {words}")
     elif result.generated:
         print("generated: " + " ".join(_shown(t) for t in result.generated))
+    predicted = prediction(result, model.meta)
+    if predicted is not None:  # a classifier's class (a forecaster's values), in the words of the window's sidebar
+        print(f"prediction: {predicted}")
     scores = TextScores.from_info(result.info)
     if scores is not None:  # a dual encoder: each text's score against the image, as the model defines it
         print(f"scores: {scores.words}")
@@ -89,10 +96,11 @@ def _shown(token: str) -> str:
     return s if s.strip() else "␣"
 
 
-def _timing(result) -> str:
+def _timing(result, default_steps: int | None = None) -> str:
     """How long the run took, as the user would time it: a generation's whole time (through the cache there is no
     single run to time, and a full re-run's last pass is a fraction of it: "run 1.6 ms" for a 3-beam search that
-    took half a second), with that last pass after it where there was one."""
+    took half a second), with that last pass after it where there was one.  ``default_steps``: the steps taken
+    without --generate (the window's default), said with the generation, so that it is never a surprise."""
     from attnviz.core.rows import beam_rows
     from attnviz.core.words import count
 
@@ -108,6 +116,8 @@ def _timing(result) -> str:
         done = f"searched {len(beams)} beams over {count(int(steps), 'step')}"
     else:
         done = f"generated {count(len(result.generated), 'token')}"
+    if default_steps is not None:  # (a beam search's too: --beams alone searches the default steps)
+        done += f" ({count(default_steps, 'step')} by default, as the window; --generate 0 for none)"
     said = f"{done} in {gen_s * 1000:.1f} ms ({how})" if how else f"{done} in {gen_s * 1000:.1f} ms"
     return f"{said}, {run}" if "run_s" in info else said
 
