@@ -255,10 +255,11 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     feeds = load_feeds(args.inputs) if args.inputs else None
     request_from_args(args, steps=DEFAULT_GENERATE)  # a bad value is refused before any model is read
     asked = args.generate  # None: the steps the window takes for A's kind (B runs A's input, as A's sample)
-    results, req = [], None
+    results, req, said = [], None, []
     for side, path, variant in (("A", args.model, args.variant_a), ("B", args.other, args.variant_b)):
         try:
             m = open_model(path, provider=args.provider, tokenizer=args.tokenizer, variant=variant)
+            said.append(m.meta)
             if req is None:
                 resolve_generate(args, m)
                 # every map is compared: on-demand recompute would materialise them anyway
@@ -267,6 +268,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         except AttnvizError as e:  # "this model's positions stop at 128": which of the two
             raise side_error(side, path, e) from None
     ra, rb = results
+    predictions = predictions_of(results, said)
     if args.generate and ra.info.get("generated_ids") != rb.info.get("generated_ids"):
         # no --generate given: the window's default steps were taken, so the way out is --generate 0
         off = "without --generate" if asked is not None else f"with --generate 0 (it took the window's {args.generate})"
@@ -286,6 +288,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         "key_tokens": list(ra.key_tokens.labels) if ra.key_tokens is not None else None,
         "heads": len(comp.heads),
         "outputs": comp.outputs,
+        "predictions": predictions,
         "unmatched": comp.unmatched,
         "measures": {
             "js_divergence": "Jensen–Shannon divergence of the two rows, bits (log2), mean over real query rows",
@@ -297,9 +300,30 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     drawn = figure(ra, rb, comp) if figure is not None else None  # a bad --figure-head: nothing written
     write(out, comp, run_info)
     _report(comp.heads, comp.outputs, comp.unmatched, out, args.top, "")
+    if predictions:
+        line = predictions_line(predictions)
+        print(line)
     if drawn:
         print(drawn)
     return 0
+
+
+def predictions_of(results, metas) -> dict[str, str] | None:
+    """What A and B each said (core.prediction: a classifier's class and probability, a forecaster's first
+    values), the outputs' |Δ| and KL being numbers a reader cannot turn into "do they still agree?"; None where
+    either says nothing (other kinds)."""
+    from attnviz.core.prediction import prediction
+
+    said = [prediction(r, meta) for r, meta in zip(results, metas)]
+    return dict(zip("AB", said)) if all(said) else None  # type: ignore[arg-type]
+
+
+def predictions_line(p: dict[str, str]) -> str:
+    """``prediction: A → triangle (p = 1.00), B → circle (p = 0.75): a different class``; a forecaster's values
+    side by side (a float apart is no verdict)."""
+    classes = [p[s].split(" (p = ")[0] for s in "AB" if " (p = " in p[s]]
+    verdict = "" if len(classes) < 2 else ": the same class" if classes[0] == classes[1] else ": a different class"
+    return f"prediction: A → {p['A']}, B → {p['B']}{verdict}"
 
 
 def _sample_input(args) -> None:
