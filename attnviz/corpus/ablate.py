@@ -13,7 +13,7 @@ whether the top prediction changed, and with ``--generate N`` whether the greedy
 rows (one input: the corpus mean of the literature is the mean over this input's rows).
 
 Writes ``DIR/heads.parquet`` — ``stack, kind, layer, head, ablation_kl, ablation_max_dlogit, prediction_changed``,
-plus ``generation_changed`` (null without ``--generate``), ``gate`` (``probabilities`` | ``output``) and
+plus ``generation_changed`` and ``generated`` (the ablated run's tokens; null without ``--generate``), ``gate`` (``probabilities`` | ``output``) and
 ``ablated_together`` (1 for ``--all-heads``; for ``--heads``, the number of heads in the joint ablation, whose
 numbers every named head's row repeats) — and ``DIR/run.json``, and prints the heads by KL.
 
@@ -122,7 +122,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     corpus.add_argument("--no-progress", action="store_true", help="no progress bar (one input has none)")
 
 
-def _row(site, head: int, c, gate: str, together: int, vision_tower: bool = False) -> dict:
+def _row(site, head: int, c, gate: str, together: int, words, vision_tower: bool = False) -> dict:
+    """One head's row; ``words``: token ids -> their tokens (the ablated generation's, kept whole here)."""
     return {
         **row_keys(site, head, vision_tower),
         "ablation_kl": c.kl_bits,
@@ -130,6 +131,7 @@ def _row(site, head: int, c, gate: str, together: int, vision_tower: bool = Fals
         "prediction_changed": c.prediction_changed,
         "changed_positions": c.changed_positions,
         "generation_changed": c.generation_changed,
+        "generated": None if c.generated is None else " ".join(words(c.generated)),
         "gate": gate,
         "ablated_together": together,
     }
@@ -141,6 +143,7 @@ MEASURES = (
     ("prediction_changed", "bool_"),
     ("changed_positions", "int64"),
     ("generation_changed", "bool_"),
+    ("generated", "string"),
     ("gate", "string"),
     ("ablated_together", "int64"),
 )
@@ -338,13 +341,16 @@ def run_one(args) -> int:
         changes.append(ab.change(off, got))
         top1s.append(ab.top1(got))  # the prediction before → after, as the window's panel says it
     ablations_s = time.perf_counter() - t1
-    for off, c in zip(off_sets, changes):
-        together = sum(len(h) for h in off.values())
-        for i, heads in sorted(off.items()):
-            rows.extend(_row(sites[i], h, c, ab.gates[i].method, together, vision_tower) for h in sorted(heads))
 
     def words(ids):
         return ab.words(ids) if ids is not None else None
+
+    for off, c in zip(off_sets, changes):
+        together = sum(len(h) for h in off.values())
+        for i, heads in sorted(off.items()):
+            rows.extend(
+                _row(sites[i], h, c, ab.gates[i].method, together, ab.words, vision_tower) for h in sorted(heads)
+            )
 
     base_top1 = ab.top1(ab.base)
 
@@ -427,6 +433,8 @@ def run_one(args) -> int:
         measured = _measured(rows, {"ablation_kl": "KL(base ‖ ablated), bits"}, ab.output)
         if base_top1 is not None:  # the baseline each head's change is against, once
             print(base_top1.base_said())
+        if args.generate:  # the words a head's "generation →" is against, once
+            print(f"base generation: “{' '.join(run_info['base_generated'] or [])}”")
         if args.top > 0:  # (--top 0: the files alone, no header over no line)
             print(f"heads that matter most ({measured}):")
         # --all-heads: one row per ablation, in the same order
@@ -434,11 +442,21 @@ def run_one(args) -> int:
         for r in top[: args.top]:
             kl = f"KL {r['ablation_kl']:.4g}  " if r["ablation_kl"] is not None else ""
             flags = "".join(f"  {x}" for x in _prediction_said(*found[id(r)], joint=False))
-            flags += "  generation changed" if r["generation_changed"] else ""
+            if r["generation_changed"]:  # the words (cut), not "changed" alone: which heads made it say what
+                flags += f"  generation → “{cut_words((r['generated'] or '').split(' '))}”"
             print(f"  {r['stack']} {r['kind']} {r['layer']}:{r['head']}  {kl}|Δ| {r['ablation_max_dlogit']:.4g}{flags}")
     for line in refused:
         print(f"not ablated: {line}")
     return 0
+
+
+GENERATION_SHOWN = 40  # characters of a ranked head's changed generation (whole in heads.parquet's "generated")
+
+
+def cut_words(tokens: list[str], width: int = GENERATION_SHOWN) -> str:
+    """Generated tokens as one line cut to ``width`` characters with "…" (a ranked head's line stays one line)."""
+    text = " ".join(tokens)
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
 
 
 def _prediction_said(change, top1, joint: bool) -> list[str]:

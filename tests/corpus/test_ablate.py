@@ -530,6 +530,21 @@ def test_one_input_generation_prints_both_generations(tmp_path, capsys):
     lines = printed.splitlines()
     assert lines[-2:] == [f"generated (base):    {base}", f"generated (ablated): {off}"]
     assert off != base  # the case at stake: this head changes the words
+    # --all-heads: the base words once, and each changed head's own words (heads.parquet whole, the line cut)
+    import pyarrow.parquet as pq
+
+    from attnviz.corpus.ablate import cut_words
+
+    flags = ["--text", src, "--generate", "8", "--all-heads", "--top", "36", "--out", str(tmp_path / "all")]
+    rc, printed, err = _run(["ablate", str(demo), *flags], capsys)
+    assert rc == 0, err
+    lines = printed.splitlines()
+    assert f"base generation: “{base}”" in lines
+    row = next(r for r in pq.read_table(tmp_path / "all" / "heads.parquet").to_pylist()
+               if (r["stack"], r["kind"], r["layer"], r["head"]) == ("decoder", "cross", 2, 1))  # fmt: skip
+    assert row["generated"] == off and row["generation_changed"]
+    said = next(line for line in lines if line.startswith("  decoder cross 2:1 "))
+    assert said.endswith(f"generation → “{cut_words(off.split(' '))}”"), said
 
 
 def test_the_base_prediction_is_said_of_one_row_not_of_row_0_of_a_batch(tmp_path):
