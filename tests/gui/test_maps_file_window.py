@@ -48,3 +48,8 @@ def test_a_classifiers_prediction_is_the_line_extract_prints(qtbot, real_window,
     [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("prediction: ")]
     open_and_wait(qtbot, real_window, model, image=str(image))
     assert "prediction: " + real_window.sidebar.values("Run")["prediction"] == line
+    # the maps file keeps it (it holds no outputs to compute it from): the window on the file alone shows it too
+    with np.load(tmp_path / "m.npz", allow_pickle=False) as z:
+        assert "prediction: " + json.loads(str(z["info"]))["prediction"] == line
+    real_window.open_npz(tmp_path / "m.npz")
+    assert "prediction: " + real_window.sidebar.values("Run")["prediction"] == line

@@ -242,7 +242,8 @@ class ModelSidebar(QTreeWidget):
             elif r.generated:
                 rows.append(("generated", " ".join(r.generated)))
             rows += _score_rows(info, self.session.sel.batch)
-            pred = prediction(r, m.meta if m is not None else {})
+            # a maps file (no model, no outputs) shows the one extract kept in it
+            pred = prediction(r, m.meta if m is not None else {}) or info.get("prediction")
             if pred:
                 rows.append(("prediction", pred))
             timings = dict(m.timings) if m is not None else {}
@@ -272,6 +273,7 @@ class ModelSidebar(QTreeWidget):
                     "vision_tower",  # a VLM's tower alone: its blocks say "vision" (the maps row above)
                     "fidelity",  # the Model section's warnings
                     "generate",  # the steps: the input panel's generate field (a maps file's: its own section)
+                    "prediction",  # the prediction row above
                 ) or v in (None, "", [], {}):
                     continue
                 if said is not None and k in BEAM_KEYS:  # the beam search row says them

@@ -54,6 +54,9 @@ def run(args) -> int:
 
     mb = sum(written_bytes(m) for m in result.maps) / 2**20
     limits.check("output_mb", mb, f"the maps for {out.name}{_frames_said(result.maps)}")  # before on-demand maps
+    predicted = prediction(result, model.meta)
+    if predicted is not None:  # kept in the file: the maps file holds no outputs, and the window on it shows this
+        result.info["prediction"] = predicted
     save_npz(result, out)
     dev = result.info.get("provider", "?")
     note = result.info.get("provider_note")
@@ -73,7 +76,6 @@ def run(args) -> int:
             print(f"beam {i} (score {said}): {words}")
     elif result.generated:
         print("generated: " + " ".join(_shown(t) for t in result.generated))
-    predicted = prediction(result, model.meta)
     if predicted is not None:  # a classifier's class (a forecaster's values), in the words of the window's sidebar
         print(f"prediction: {predicted}")
     scores = TextScores.from_info(result.info)
