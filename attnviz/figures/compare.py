@@ -73,7 +73,7 @@ def draw_compare(result_a: AttentionResult, result_b: AttentionResult, sel: vm.S
         im = as_cells(ax.imshow(mv.matrix, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"))
         token_ticks(ax, "x", display_labels(mv.k_labels), mv.k_special, panel_w, fs)
         token_ticks(ax, "y", display_labels(mv.q_labels), mv.q_special, map_h, fs)
-        ax.tick_params(which="major", length=2, width=0.5, pad=1.5, labelleft=i == 0)
+        ax.tick_params(which="major", labelleft=i == 0)
         ax.set_xlabel(mv.x_title, fontsize=fs, labelpad=2)
         if i == 0:
             ax.set_ylabel(mv.y_title, fontsize=fs, labelpad=2)

@@ -23,6 +23,7 @@ LINE = 1.4  # label pitch in font sizes used when a figure is sized to its label
 FIT = 1.15  # the closest pitch (in font sizes) at which neighbouring labels still read apart
 CHAR_W = 0.6  # average glyph width in font sizes (DejaVu Sans)
 PT = 1 / 72  # inches per point
+TOKEN_TICK = dict(length=2, width=0.5, pad=1.5)  # a token axis's ticks (points)
 MINOR_PITCH = 1.0  # points: unlabelled positions get a small tick each where they lie at least this far apart
 
 
@@ -92,11 +93,14 @@ def token_ticks(
     pos = tick_indices(n, fit, focus) if step is None else time_tick_indices(0, n - 1, step, fit, focus)
     texts = [labels[i] for i in pos]
     axis = ax.xaxis if which == "x" else ax.yaxis
+    # the ticks' look set once, before they exist: matplotlib makes each new tick from these settings, where set
+    # after it re-applied them to every tick (a tick is five artists; a 64-patch axis drew 64)
+    axis.set_tick_params(which="major", **TOKEN_TICK, labelsize=fs, labelrotation=rotation if which == "x" else 0)
     axis.set_ticks(pos)
-    tl = axis.set_ticklabels(texts, fontsize=fs, rotation=rotation if which == "x" else 0)
-    if which == "x":
+    tl = axis.set_ticklabels(texts)
+    if which == "x" and rotation not in (0, 90):
         for t in tl:
-            t.set_rotation_mode("anchor" if rotation not in (0, 90) else "default")
+            t.set_rotation_mode("anchor")
     if special is not None:
         for t, i in zip(tl, pos):
             if special[i]:

@@ -162,7 +162,6 @@ def _heatmap_figure(
         ax.set_aspect("equal", adjustable="box")
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, rotation=0 if level else 90, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
-    ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
     ax.set_xlabel(xlabel, fontsize=fs, labelpad=2)
     ax.set_ylabel(ylabel, fontsize=fs, labelpad=2)
     for s in ax.spines.values():
