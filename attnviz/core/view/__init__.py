@@ -169,6 +169,7 @@ from attnviz.core.view.palette import (
     OFF_VEIL,
     OVERLAY_CMAP,
     SCALES,
+    SPAN_SCALES,
 )
 from attnviz.core.view.patches import (
     block_grid,
@@ -211,7 +212,7 @@ from attnviz.core.view.selection import (
     map_inputs,
     result_blocks,
 )
-from attnviz.core.view.span import span_map
+from attnviz.core.view.span import drawn_span, span_map, span_top, stretches
 from attnviz.core.view.steps import (
     NEXT_WORD,
     generation_rows,
@@ -279,6 +280,7 @@ __all__ = [
     "POOL_THREADS_FROM",
     "QUERY_OUTLINE",
     "SCALES",
+    "SPAN_SCALES",
     "SMOOTH_SIGMA",
     "Selection",
     "StripPanel",
@@ -393,6 +395,9 @@ __all__ = [
     "query_place",
     "query_tip",
     "span_map",
+    "span_top",
+    "stretches",
+    "drawn_span",
     "ClipCut",
     "clip_cut",
     "clip_frame_count",

@@ -43,7 +43,7 @@ def map_label(mv: MapView, log: bool) -> str:
         if not np.any(mv.matrix):  # the ±DIFF_FLOOR bar of an all-zero difference read as differences of 1e-6
             return f"A − B weight{hidden} (0 everywhere: A and B agree)"
         return f"A − B weight{hidden} (±max |A − B|)"
-    return notes_label(mv.notes, log, mv.scale, mv.vmax if mv.by_hand else None)
+    return notes_label(mv.notes, log, mv.scale, mv.vmax if mv.by_hand else None, mv.spanned)
 
 
 def matching_selection(

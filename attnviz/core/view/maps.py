@@ -59,6 +59,7 @@ class MapView:
     diverging: bool = False
     vmin: float = 0.0
     by_hand: bool = False  # vmax is the top set by hand (Selection.vmax), not the scale's: the colour bar says so
+    spanned: bool = False  # vmax is a drawn window's top (core/view/span.py: span_top), and the colour bar says so
 
     def value(self, row: int, col: int) -> float:
         return float(self.matrix[row, col])
