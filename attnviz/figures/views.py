@@ -226,7 +226,7 @@ def _map_figure(
         style,
         log,
         mv.vmax,  # the view model's top of the scale (the selection's scale), as the screen's colour bar
-        mv.matrix,
+        vm.drawn_cells(mv),  # the weights, or on the row scale each row over its maximum (the screen's cells)
         display_labels(mv.q_labels),
         display_labels(mv.k_labels),
         mv.q_special,

@@ -100,3 +100,35 @@ def test_fixed_and_hand_tops_and_the_whole_map_are_as_before(causal):
     assert norm.vmax == 0.05 and "top 0.05 set by hand" in words
     norm, words = _bar(render_spec(causal, FigureSpec(view="heatmap", layer=0, head=0, scale="map")))
     assert norm.vmax == pytest.approx(float(m.max())) and "stretched to this map" in words
+
+
+def _rows_over_max(m: np.ndarray) -> np.ndarray:
+    tops = m.max(axis=1, keepdims=True)
+    return np.where(tops > 0, m / np.where(tops > 0, tops, 1), 0).astype(np.float32)
+
+
+def test_the_row_scale_draws_each_row_over_its_own_maximum(causal):
+    """--scale row: each query row divided by its largest weight (over all the keys it sees, in a window too, so a
+    zoomed view and its export divide alike), 0-1 on the colour bar, which says so; a top by hand: the weights."""
+    m = causal.maps[0].head(0, 1)
+    fig = render_spec(causal, FigureSpec(view="heatmap", layer=0, head=1, scale="row"))
+    image = fig.axes[0].images[0]
+    np.testing.assert_allclose(np.asarray(image.get_array()), _rows_over_max(m), rtol=1e-6)
+    assert (image.norm.vmin, image.norm.vmax) == (0, 1)
+    assert "each row stretched to its maximum" in _bar(fig)[1].replace("\n", " ")
+    fig = render_spec(causal, FigureSpec(view="heatmap", layer=0, head=1, scale="row", span=[LO, HI]))
+    window = _rows_over_max(m)[LO : HI + 1, LO : HI + 1]  # (the row's top may lie left of the window: key 3)
+    np.testing.assert_allclose(np.asarray(fig.axes[0].images[0].get_array()), window, rtol=1e-6)
+    assert float(np.median(window[np.tril_indices(len(window))])) > 0.2  # near-uniform rows: lit, not black (~0.001)
+    fig = render_spec(causal, FigureSpec(view="heatmap", layer=0, head=1, scale="row", span=[LO, HI], vmax=0.01))
+    np.testing.assert_array_equal(np.asarray(fig.axes[0].images[0].get_array()), m[LO : HI + 1, LO : HI + 1])
+    assert "top 0.01 set by hand" in _bar(fig)[1]
+
+
+def test_an_image_overlay_on_the_row_scale_is_stretched_to_its_peak_and_says_so():
+    """An overlay is one query's row: "row" stretches it to its own peak, as "map" does, in the map's words."""
+    from attnviz.core.view import heat_scale
+
+    row, stretched = heat_scale("row", False, 0.3, lambda: 0.9), heat_scale("map", False, 0.3, lambda: 0.9)
+    assert (row.vmin, row.vmax, row.label) == (stretched.vmin, stretched.vmax, stretched.label)
+    assert row.vmax == 0.3 and "stretched to this map" in row.label

@@ -129,7 +129,9 @@ from attnviz.core.view.links import (
 from attnviz.core.view.maps import (
     MapView,
     compute_map,
+    drawn_cells,
     map_notes,
+    row_stretched,
     series_dots,
 )
 from attnviz.core.view.opening import OPENING_VIEWS, OpeningView, opening_view, result_kind
@@ -395,6 +397,8 @@ __all__ = [
     "query_place",
     "query_tip",
     "span_map",
+    "drawn_cells",
+    "row_stretched",
     "span_top",
     "stretches",
     "drawn_span",

@@ -15,7 +15,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.view.clip import clip_cut
-from attnviz.core.view.maps import MapView
+from attnviz.core.view.maps import MapView, row_stretched, whole_row_tops
 from attnviz.core.view.palette import SPAN_SCALES
 from attnviz.core.view.selection import Selection, blk_len
 
@@ -84,8 +84,10 @@ def span_map(mv: MapView, rows: tuple[int, int] | None, keys: tuple[int, int] | 
         lo, hi = _within(keys, mv.k_pos)
         said.append(f"{mv.x_title} {lo}–{hi}")
     qi, ki = np.nonzero(q)[0], np.nonzero(k)[0]
+    row_tops = whole_row_tops(mv)[qi] if row_stretched(mv) else None  # (each row over its whole row's top)
     return replace(
         mv,
+        row_tops=row_tops,
         matrix=mv.matrix[np.ix_(qi, ki)],
         q_labels=[mv.q_labels[i] for i in qi],
         k_labels=[mv.k_labels[i] for i in ki],

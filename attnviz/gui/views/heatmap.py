@@ -209,6 +209,7 @@ class HeatmapWidget(QWidget):
         style.configure()
         self.mv: MapView | None = None
         self.shown: np.ndarray | None = None  # values as drawn (log or linear)
+        self.cells: np.ndarray = np.zeros((0, 0), np.float32)  # what the colours are of (core.view.drawn_cells)
         self.log = False
         self._bar: tuple | None = None  # the colour bar's levels, log and words as last set
         self._titles = (x_title, y_title)
@@ -308,6 +309,7 @@ class HeatmapWidget(QWidget):
         if reset_view or not same_shape:
             self.vb.setRange(QRectF(0, 0, tk, tq), padding=0)
         self._stretch_timer.stop()
+        self.cells = vm.drawn_cells(mv)  # the weights, or on the row scale each row over its maximum
         self._levels = self._wanted_levels()  # (after the range: a kept zoom keeps its window's top)
         self.x_axis.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
@@ -335,7 +337,7 @@ class HeatmapWidget(QWidget):
             self._draw_region(self._plan() or vm.MapRegion(0, tq, 0, tk, *(-(-n // screen_cells()) for n in (tq, tk))))
         else:
             self.region = None
-            self._draw(mv.matrix, "", QRectF(0, 0, tk, tq))
+            self._draw(self.cells, "", QRectF(0, 0, tk, tq))
         r, c = self.hover
         if 0 <= r < tq and 0 <= c < tk:
             self.set_hover(r, c)
@@ -407,7 +409,7 @@ class HeatmapWidget(QWidget):
     def _draw_region(self, region: vm.MapRegion) -> None:
         assert self.mv is not None
         # only the region is read; at one position a cell it is a view, copied here at most the pixels' size
-        cells = np.ascontiguousarray(vm.pool_region(self.mv.matrix, region, signed=self.mv.diverging))
+        cells = np.ascontiguousarray(vm.pool_region(self.cells, region, signed=self.mv.diverging))
         self.region = region
         self._draw(cells, region.note, QRectF(*region.rect))
         self.repooled.emit()
@@ -463,7 +465,7 @@ class HeatmapWidget(QWidget):
                 self._draw_region(self.region)
             else:
                 tq, tk = self.mv.matrix.shape
-                self._draw(self.mv.matrix, "", QRectF(0, 0, tk, tq))
+                self._draw(self.cells, "", QRectF(0, 0, tk, tq))
         self.stretched.emit()
 
     def _repool(self) -> None:
