@@ -89,3 +89,31 @@ def test_a_zoomed_map_on_a_stretched_scale_is_coloured_to_the_positions_in_view(
         hm.vb.setRange(QRectF(0, 0, whole.shape[1], whole.shape[0]), padding=0)  # the whole map again
     assert hm.colorbar.levels()[1] == pytest.approx(max(float(m.max()) for m in maps), rel=1e-6)
     assert "drawn span" not in hm.colorbar.axis.labelText
+
+
+def test_the_row_scale_from_the_box_is_drawn_and_exported_with_its_recipe(qtbot, window, files, tmp_path, monkeypatch):
+    """The colour-scale box's "each row stretched to its maximum": the Head map colours each row over its largest
+    weight (by hand with numpy), the hover still reads the weight, and the export draws the same cells with a
+    recipe that records the scale (`figure --recipe` draws it again)."""
+    open_and_wait(qtbot, window, files["long.onnx"], text=TEXT)
+    window.session.select(mode="head", layer=0, head=1)
+    window.select_view("heatmap")
+    box = window.controls.scale
+    box.setCurrentIndex(box.findData("row"))
+    assert window.session.sel.scale == "row" and box.currentText() == "each row stretched to its maximum"
+    hm = window.head_map.heatmap
+    m = window.session.current_map().matrix
+    want = m / m.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(hm.image.image, want, rtol=1e-6)
+    assert hm.colorbar.levels() == (0.0, 1.0) and "each row stretched to its maximum" in hm.colorbar.axis.labelText
+    hm.set_hover(5, 3)
+    assert hm.hover_label.text().endswith(f"{m[5, 3]:.4f}")  # the weight, not its share of the row's top
+    result, view, sel, style = _exported(qtbot, window, tmp_path, monkeypatch, "row.pdf")
+    fig = render_figure(result, view, sel, style)
+    np.testing.assert_allclose(np.asarray(fig.axes[0].images[0].get_array()), want, rtol=1e-6)
+    from attnviz.figures import encoded_figure
+    from attnviz.figures.from_selection import recipe_figure
+
+    out = tmp_path / "row.pdf"
+    check = recipe_figure(result, view, sel, style, "pdf", encoded_figure(fig, out))
+    assert check.spec is not None and check.spec.scale == "row", check.why_not
