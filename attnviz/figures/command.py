@@ -199,8 +199,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument(
         "--scale",
         choices=tuple(SCALES),
-        help="top of the colour scale: fixed 0-1 (default, as in the window), shared by the block's heads, or map "
-        "(stretched to each map's maximum); the colour bar says which. Image view: map by default, as in the window; "
+        help="top of the colour scale: fixed 0-1 (default, as in the window), shared by the block's heads, map "
+        "(stretched to each map's maximum), or row (each query row stretched to its own maximum: long causal maps); "
+        "with --span / --key-span, shared and map take the window's cells only; the colour bar says which. Image view: map by default, as in the window; "
         "shared is the largest weight any head of the block gives the image from this query, so heads compare",
     )
     view.add_argument(

@@ -70,7 +70,7 @@ def draw_compare(result_a: AttentionResult, result_b: AttentionResult, sel: vm.S
             cmap, norm = colormaps[vm.DIFF_CMAP], Normalize(mv.vmin, mv.vmax)
         else:
             cmap, norm = _cmap(style, "heatmap"), _norm(style, log, mv.vmax)
-        im = as_cells(ax.imshow(mv.matrix, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"))
+        im = as_cells(ax.imshow(vm.drawn_cells(mv), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"))
         token_ticks(ax, "x", display_labels(mv.k_labels), mv.k_special, panel_w, fs)
         token_ticks(ax, "y", display_labels(mv.q_labels), mv.q_special, map_h, fs)
         ax.tick_params(which="major", labelleft=i == 0)

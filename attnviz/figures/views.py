@@ -225,7 +225,7 @@ def _map_figure(
         style,
         log,
         mv.vmax,  # the view model's top of the scale (the selection's scale), as the screen's colour bar
-        mv.matrix,
+        vm.drawn_cells(mv),  # the weights, or on the row scale each row over its maximum (the screen's cells)
         display_labels(mv.q_labels),
         display_labels(mv.k_labels),
         mv.q_special,
@@ -253,24 +253,27 @@ def _query_row(pos, query: int | None) -> int | None:
     return int(where[0])
 
 
-def _spanned(mv: vm.MapView, style: FigureStyle) -> vm.MapView:
-    """The window of positions ``--span`` / ``--key-span`` ask for (the whole map without them)."""
-    return vm.span_map(mv, style.span, style.key_span)
+def _spanned(mv: vm.MapView, sel: vm.Selection, style: FigureStyle, head_of) -> vm.MapView:
+    """The window of positions ``--span`` / ``--key-span`` ask for (the whole map without them), its colour scale's
+    top over the window drawn ("map", "shared": ``head_of(sel)`` makes each head's map of the block)."""
+    return vm.drawn_span(mv, sel, style.span, style.key_span, head_of)
 
 
 def draw_heatmap(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
-    mv = _spanned(vm.head_map(result, sel), style)  # the Head map's: a tower's frames one at a time (sel.frame)
+    # the Head map's: a tower's frames one at a time (sel.frame)
+    mv = _spanned(vm.head_map(result, sel), sel, style, lambda s: vm.head_map(result, s))
     return _map_figure(result, sel, style, mv, _query_row(mv.q_pos, sel.query))
 
 
 def draw_diff(result_a: AttentionResult, result_b: AttentionResult, sel: vm.Selection, style: FigureStyle):
     """Head map's "A − B": model A's map minus model B's for ``sel``, diverging colours centred on 0."""
-    mv = _spanned(vm.compute_diff_map(result_a, result_b, sel), style)
+    mv = _spanned(vm.compute_diff_map(result_a, result_b, sel), sel, style, lambda s: vm.head_map(result_a, s))
     return _map_figure(result_a, sel, style, mv, _query_row(mv.q_pos, sel.query))
 
 
 def draw_alignment(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
-    return _map_figure(result, sel, style, _spanned(vm.alignment_map(result, sel), style))
+    mv = _spanned(vm.alignment_map(result, sel), sel, style, lambda s: vm.alignment_map(result, s))
+    return _map_figure(result, sel, style, mv)
 
 
 # ---------------------------------------------------------------------------------------------

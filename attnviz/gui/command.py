@@ -142,7 +142,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=tuple(SCALES),
         default=None,
         help="colour scale, as `figure --scale` takes it: fixed 0-1 (the token maps' default), shared by the block's "
-        "heads, or map (stretched to each map: Image regions' default); the token maps' and Image regions' both",
+        "heads, map (stretched to each map: Image regions' default) or row (each query row stretched to its maximum); "
+        "the token maps' and Image regions' both",
     )
     p.add_argument(
         "--vmax",

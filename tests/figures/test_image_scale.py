@@ -100,7 +100,11 @@ def test_one_picture_on_three_scales_is_the_same_weights(vit):
     np.testing.assert_allclose(log.heat, by_hand, atol=1e-6)
     # the opacity follows the heat on every scale, and the colour bar's words name the scale
     np.testing.assert_allclose(log.alpha, 0.2 + 0.7 * log.heat, atol=1e-6)
-    assert [on[s].scale.label for s in vm.SCALES] == [f"attention weight ({w})" for w in vm.SCALES.values()]
+    own = ("fixed", "shared", "map")
+    assert [on[s].scale.label for s in own] == [f"attention weight ({vm.SCALES[s]})" for s in own]
+    # an overlay is one query's row: the row scale stretches it to its own peak, as "map" does, and says that
+    assert on["row"].scale.label == stretched.scale.label
+    np.testing.assert_array_equal(on["row"].heat, stretched.heat)
     assert log.scale.label == "attention weight (log scale, fixed 0–1)"
 
 

@@ -15,7 +15,8 @@ SETTINGS = [
     ("mean+log", dict(mode="mean", layer_lo=0, layer_hi=1, log=True)),
     ("max+hide", dict(mode="max", layer_lo=1, layer_hi=1, hide_special=True)),
     ("rollout+keep", dict(mode="rollout", keep=0.6)),
-    ("head+step", dict(mode="head", layer=0, head=1, step=1)),
+    # each row over its own maximum (an image overlay, one row: stretched to its peak), at a generation step
+    ("row+step", dict(mode="head", layer=0, head=1, step=1, scale="row", image_scale="row")),
     ("hide+keep+log+step", dict(mode="head", layer=1, head=0, hide_special=True, keep=0.8, log=True, step=0)),
     # the colour scale (fixed 0–1 is the default of the grid): the block's heads, or stretched to the map
     ("shared+hide", dict(mode="head", layer=1, head=1, scale="shared", image_scale="shared", hide_special=True)),
@@ -42,15 +43,21 @@ def check_map(hm, fig, top: float | None | bool = False):
     session's top set by hand, checked where given)."""
     ax = next(a for a in fig.axes if a.images)  # the map (a time series' plot may stand above it)
     mv = hm.mv
-    np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), mv.matrix)
+    cells = mv.matrix  # the weights; on the row scale each row over its largest (by hand here)
+    if mv.scale == "row" and not (mv.by_hand or mv.diverging):
+        tops = mv.matrix.max(axis=1, keepdims=True)
+        cells = np.where(tops > 0, mv.matrix / np.where(tops > 0, tops, 1), 0).astype(np.float32)
+        assert hm.colorbar.levels()[1] == (0.0 if hm.log else 1.0)
+    exact = 0.0 if cells is mv.matrix else 1e-6  # (the weights themselves: bit for bit)
+    np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), cells, rtol=exact)
     norm = ax.images[0].norm
     lo, hi = hm.colorbar.levels()
     if hm.log:
         np.testing.assert_allclose([np.log10(norm.vmin), np.log10(norm.vmax)], [lo, hi], rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(hm.image.image, np.log10(np.maximum(mv.matrix, norm.vmin)), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(hm.image.image, np.log10(np.maximum(cells, norm.vmin)), rtol=1e-5, atol=1e-6)
     else:
         np.testing.assert_allclose([norm.vmin, norm.vmax], [lo, hi], rtol=1e-6)
-        np.testing.assert_array_equal(hm.image.image, mv.matrix)
+        np.testing.assert_allclose(hm.image.image, cells, rtol=exact)
     if top is not False and not mv.diverging:
         _check_top(top, norm.vmax, hm.colorbar.axis.labelText)
     # the same title words: the figure's is the model's name, then the screen's title

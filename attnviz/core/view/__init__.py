@@ -127,7 +127,9 @@ from attnviz.core.view.links import (
 from attnviz.core.view.maps import (
     MapView,
     compute_map,
+    drawn_cells,
     map_notes,
+    row_stretched,
     series_dots,
 )
 from attnviz.core.view.opening import OPENING_VIEWS, OpeningView, opening_view, result_kind
@@ -174,6 +176,7 @@ from attnviz.core.view.palette import (
     OFF_VEIL,
     OVERLAY_CMAP,
     SCALES,
+    SPAN_SCALES,
 )
 from attnviz.core.view.patches import (
     block_grid,
@@ -216,7 +219,7 @@ from attnviz.core.view.selection import (
     map_inputs,
     result_blocks,
 )
-from attnviz.core.view.span import span_map
+from attnviz.core.view.span import drawn_span, span_map, span_top, stretches
 from attnviz.core.view.steps import (
     NEXT_WORD,
     generation_rows,
@@ -284,6 +287,7 @@ __all__ = [
     "POOL_THREADS_FROM",
     "QUERY_OUTLINE",
     "SCALES",
+    "SPAN_SCALES",
     "SMOOTH_SIGMA",
     "Selection",
     "StripPanel",
@@ -400,6 +404,11 @@ __all__ = [
     "query_place",
     "query_tip",
     "span_map",
+    "drawn_cells",
+    "row_stretched",
+    "span_top",
+    "stretches",
+    "drawn_span",
     "ClipCut",
     "clip_cut",
     "clip_frame_count",

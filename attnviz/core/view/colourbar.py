@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from attnviz.core.view.palette import LOG_DECADES, SCALES
+from attnviz.core.view.palette import LOG_DECADES, SCALES, SPAN_SCALES
 from attnviz.core.view.selection import ViewError
 
 CBAR_TICKS = 5  # a colour bar carries about this many tick labels
@@ -76,19 +76,30 @@ def by_hand(vmax: float) -> str:
     return f"top {vmax:.3g} set by hand"
 
 
-def weight_label(log: bool, hide_special: bool = False, scale: str | None = None, vmax: float | None = None) -> str:
+def scale_words(scale: str, spanned: bool = False) -> str:
+    """What a colour scale's top is, in words; ``spanned``: over a window of positions drawn (the span's top)."""
+    return SPAN_SCALES.get(check_scale(scale), SCALES[scale]) if spanned else SCALES[check_scale(scale)]
+
+
+def weight_label(
+    log: bool, hide_special: bool = False, scale: str | None = None, vmax: float | None = None, spanned: bool = False
+) -> str:
     """The colour-bar label, the same words on screen and in print: what the colours are, and on which scale
-    ("attention weight (log scale, fixed 0–1)"; with ``vmax``, the top set by hand: "top 0.5 set by hand")."""
+    ("attention weight (log scale, fixed 0–1)"; with ``vmax``, the top set by hand: "top 0.5 set by hand";
+    ``spanned``: the top is a drawn window's, "stretched to the drawn span")."""
     label = "attention (special tokens removed, rows renormalised)" if hide_special else "attention weight"
-    which = by_hand(vmax) if vmax else SCALES[check_scale(scale)] if scale is not None else None
+    which = by_hand(vmax) if vmax else scale_words(scale, spanned) if scale is not None else None
     how = (["log scale"] if log else []) + ([which] if which else [])
     return label + (f" ({', '.join(how)})" if how else "")
 
 
-def notes_label(notes: list[str], log: bool, scale: str | None = None, vmax: float | None = None) -> str:
+def notes_label(
+    notes: list[str], log: bool, scale: str | None = None, vmax: float | None = None, spanned: bool = False
+) -> str:
     """The colour-bar label of a drawn map (its ``notes``): it speaks of removed tokens only when some were, and
-    says which colour scale it is on (``scale``, one of SCALES; ``vmax``: a top set by hand)."""
-    return weight_label(log, HIDDEN_NOTE in notes, scale, vmax)
+    says which colour scale it is on (``scale``, one of SCALES; ``vmax``: a top set by hand; ``spanned``: the top
+    is the drawn window's)."""
+    return weight_label(log, HIDDEN_NOTE in notes, scale, vmax, spanned)
 
 
 def check_scale(name: str) -> str:

@@ -44,7 +44,7 @@ def map_label(mv: MapView, log: bool) -> str:
             return f"A − B weight{hidden} (0 everywhere: A and B agree)"
         # which end is which: RdBu_r (style.py, figures) puts a positive difference, A above B, at its red end
         return f"A − B weight{hidden} (±max; red: A > B)"
-    return notes_label(mv.notes, log, mv.scale, mv.vmax if mv.by_hand else None)
+    return notes_label(mv.notes, log, mv.scale, mv.vmax if mv.by_hand else None, mv.spanned)
 
 
 def matching_selection(

@@ -62,6 +62,8 @@ def heat_scale(
     if vmax:
         lo, hi = colour_range(float(vmax), log, float(vmax))
         return HeatScale(scale, log, lo, hi, by_hand=True)
+    # an overlay is one query's row: "row" stretches it to its own peak, as "map" does (and says so in its words)
+    scale = "map" if scale == "row" else scale
     top = {"fixed": lambda: 1.0, "shared": shared_top, "map": lambda: drawn_top}[scale]()
     lo, hi = colour_range(top, log, max(top, 1e-6))
     return HeatScale(scale, log, lo, hi)

@@ -45,7 +45,7 @@ def heads_overlay(
     if not heads:
         ov = overlay_view(result, sel, size, blocks)
         return HeadsOverlay([ov], _pictures(ov), list(ov.captions), ov.title)
-    if sel.image_scale == "map" and not sel.vmax:  # (a top given by hand is one scale for every picture)
+    if sel.image_scale in ("map", "row") and not sel.vmax:  # (a top given by hand is one scale for every picture)
         raise ViewError(
             f"heads {', '.join(map(str, heads))} are drawn under one colour bar, and the stretched scale ('map') gives "
             "each its own; give --scale shared (the block's heads) or --scale fixed (0-1)",

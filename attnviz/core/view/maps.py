@@ -59,9 +59,38 @@ class MapView:
     diverging: bool = False
     vmin: float = 0.0
     by_hand: bool = False  # vmax is the top set by hand (Selection.vmax), not the scale's: the colour bar says so
+    spanned: bool = False  # vmax is a drawn window's top (core/view/span.py: span_top), and the colour bar says so
+    # the row scale's divisors: each row's largest weight over all its keys (None: from ``matrix`` when asked; a
+    # window of positions keeps its rows' whole-row tops, so a zoomed view and its export divide alike)
+    row_tops: np.ndarray | None = None
 
     def value(self, row: int, col: int) -> float:
         return float(self.matrix[row, col])
+
+
+def row_stretched(mv: MapView) -> bool:
+    """Whether ``mv`` is drawn on the row scale (each row over its maximum): not with a top set by hand, nor a
+    signed difference (its ±max |A − B| is its own)."""
+    return mv.scale == "row" and not mv.by_hand and not mv.diverging
+
+
+def whole_row_tops(mv: MapView) -> np.ndarray:
+    """Each row's largest weight over all its keys (``mv.row_tops`` when a window of the map kept them)."""
+    if mv.row_tops is not None:
+        return mv.row_tops
+    with np.errstate(all="ignore"):  # (an all-NaN row: NaN, drawn as NaN is)
+        return np.nanmax(mv.matrix, axis=1) if mv.matrix.size else np.zeros(mv.matrix.shape[0], np.float32)
+
+
+def drawn_cells(mv: MapView) -> np.ndarray:
+    """The numbers the colours are drawn from, on screen and in figures: the weights, or on the row scale each row
+    divided by its largest weight (an all-zero row stays 0).  The hover read-out still says the weight."""
+    if not row_stretched(mv):
+        return mv.matrix
+    tops = whole_row_tops(mv).astype(np.float32)[:, None]
+    out = np.zeros(mv.matrix.shape, np.float32)
+    np.divide(mv.matrix, tops, out=out, where=tops > 0)
+    return out
 
 
 def images_note(result: AttentionResult, blk: Block) -> str | None:

@@ -83,13 +83,19 @@ def scale_top(
     result: AttentionResult, sel: Selection, block: int, m: np.ndarray, blocks: list[Block] | None = None
 ) -> float:
     """The top of the colour scale for map ``m`` of ``block`` on the selection's scale (or the top set by hand)."""
-    scale = check_scale(sel.scale)
     if sel.vmax:
         return float(sel.vmax)
-    if scale == "fixed":
-        return 1.0
-    top = block_top(result, sel, block, blocks) if scale == "shared" else float(np.nanmax(m)) if m.size else 0.0
+    top = _TOPS[check_scale(sel.scale)](result, sel, block, m, blocks)
     return max(top, 1e-6)
+
+
+# each colour scale's top (palette.SCALES): fixed and row 1 (a row scale's cells are each row over its maximum)
+_TOPS: dict[str, Callable[[AttentionResult, Selection, int, np.ndarray, list[Block] | None], float]] = {
+    "fixed": lambda *_: 1.0,
+    "shared": lambda result, sel, block, _m, blocks: block_top(result, sel, block, blocks),
+    "map": lambda _r, _s, _b, m, _bl: float(np.nanmax(m)) if m.size else 0.0,
+    "row": lambda *_: 1.0,
+}
 
 
 def downsample(m: np.ndarray, max_side: int = THUMB) -> np.ndarray:

@@ -20,6 +20,16 @@ SCALES = {
     "fixed": "fixed 0–1",  # weights are probabilities: 1 is the most any can be
     "shared": "shared by the block's heads",  # the largest weight of any head of the block: heads compare
     "map": "stretched to this map",  # to the map's own maximum: most contrast; near-uniform maps look saturated
+    # each query row divided by its own largest weight (its top 1): how long causal attention is read, where row i
+    # spreads over i + 1 keys and a whole-map top leaves row 1,000's 1/1,000 black (core/view/maps.py: drawn_cells)
+    "row": "each row stretched to its maximum",
+}
+# the words where a window of positions is drawn (figure --span / --key-span, a zoomed-in Head map): the top is that
+# window's, not the whole map's -- a causal map's whole top is row 0's 1.0 (its first query sees only itself), which
+# left a window at positions 1,000-1,127 (weights near 1/1,000) black on every scale
+SPAN_SCALES = {
+    "map": "stretched to the drawn span",
+    "shared": "shared by the block's heads in the drawn span",
 }
 # the default cannot mislead: on 0–1 near-uniform attention (0.1 everywhere in a random-init BERT) looks faint, as
 # it is; a stretched scale would paint it as bright as a head that puts all its weight on one token

@@ -8,14 +8,18 @@ take the rows' window unless a key window is given; a cross-attention map's keys
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.view.clip import clip_cut
-from attnviz.core.view.maps import MapView
+from attnviz.core.view.maps import MapView, row_stretched, whole_row_tops
+from attnviz.core.view.palette import SPAN_SCALES
 from attnviz.core.view.selection import Selection, blk_len
+
+Span = tuple[int, int]
 
 
 def _kept(pos: np.ndarray, span: tuple[int, int], what: str, flag: str, window: int | None = None) -> np.ndarray:
@@ -80,8 +84,10 @@ def span_map(mv: MapView, rows: tuple[int, int] | None, keys: tuple[int, int] | 
         lo, hi = _within(keys, mv.k_pos)
         said.append(f"{mv.x_title} {lo}–{hi}")
     qi, ki = np.nonzero(q)[0], np.nonzero(k)[0]
+    row_tops = whole_row_tops(mv)[qi] if row_stretched(mv) else None  # (each row over its whole row's top)
     return replace(
         mv,
+        row_tops=row_tops,
         matrix=mv.matrix[np.ix_(qi, ki)],
         q_labels=[mv.q_labels[i] for i in qi],
         k_labels=[mv.k_labels[i] for i in ki],
@@ -92,3 +98,65 @@ def span_map(mv: MapView, rows: tuple[int, int] | None, keys: tuple[int, int] | 
         k_values=[mv.k_values[i] for i in ki] if mv.k_values is not None else None,
         title=" · ".join([mv.title, *said]),
     )
+
+
+def _cells(pos: np.ndarray, span: Span | None) -> slice:
+    """The run of a map's rows (or columns) whose positions lie in ``span`` (None: all).  A map's positions rise
+    (hidden tokens and pads only leave gaps), so the positions in a window are one run of cells: a view, not a copy
+    (a 2,048-token head's window read for the "shared" top of 144 heads)."""
+    pos = np.asarray(pos)
+    if span is None:
+        return slice(0, len(pos))
+    return slice(int(np.searchsorted(pos, span[0], "left")), int(np.searchsorted(pos, span[1], "right")))
+
+
+def _window_max(mv: MapView, rows: Span | None, keys: Span | None) -> float:
+    """The largest weight of ``mv`` in the window (keys take the rows' window on a self-attention map, as
+    :func:`span_map` cuts it); 0 where the window holds none of its cells."""
+    if keys is None and mv.block is not None and mv.block.kind == "self":
+        keys = rows
+    cut = mv.matrix[_cells(mv.q_pos, rows), _cells(mv.k_pos, keys)]
+    return float(np.nanmax(cut)) if cut.size and not np.isnan(cut).all() else 0.0
+
+
+def stretches(mv: MapView) -> bool:
+    """Whether ``mv``'s colour scale follows what is drawn of it: "map" and "shared" do, a fixed scale, a top set
+    by hand and a signed difference (±max |A − B|, its own) do not."""
+    return mv.scale in SPAN_SCALES and not mv.by_hand and not mv.diverging
+
+
+def span_top(
+    mv: MapView, sel: Selection, rows: Span | None, keys: Span | None, head_of: Callable[[Selection], MapView]
+) -> float:
+    """The top of ``sel``'s colour scale over what is drawn of ``mv``: query positions ``rows`` and key positions
+    ``keys`` (a self-attention map's keys take ``rows`` when None).  "map": the window's largest weight; "shared":
+    the largest any head of the block gives in the window (``head_of(sel)``: that head's map, as ``mv`` was made,
+    e.g. :func:`~.frame_map.head_map`); a fixed scale, a top set by hand and a signed difference keep ``mv``'s."""
+    if (rows is None and keys is None) or not stretches(mv):
+        return mv.vmax
+    if mv.scale == "map":
+        return max(_window_max(mv, rows, keys), 1e-6)
+    blk = mv.block
+    assert blk is not None  # a "shared" top is a block's
+    plain = sel.with_(mode="head", scale="fixed", vmax=None)  # (fixed: each head's own top is not needed)
+    tops = (
+        _window_max(head_of(plain.with_(layer=layer, head=h)), rows, keys)
+        for layer in range(blk.n_layers)
+        for h in range(blk.heads_in(layer))
+    )
+    return max(max(tops, default=0.0), 1e-6)
+
+
+def drawn_span(
+    mv: MapView,
+    sel: Selection,
+    rows: Span | None,
+    keys: Span | None,
+    head_of: Callable[[Selection], MapView],
+) -> MapView:
+    """:func:`span_map`'s window with the colour scale's top over what it draws (:func:`span_top`): the whole
+    map's top, kept, was a causal map's row 0 (1.0) however far from it the window lay."""
+    cut = span_map(mv, rows, keys)
+    if cut is mv:
+        return mv
+    return replace(cut, vmax=span_top(mv, sel, rows, keys, head_of), spanned=stretches(mv))

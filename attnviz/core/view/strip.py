@@ -140,7 +140,9 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
         notes.append(f"top {round(sel.keep * 100)}% mass")
     vmax = max((float(p.weights.max()) for p in panels if p.weights.size), default=0.0)
     # fixed 0–1, the block's top or a top set by hand (over an image each panel is its own overlay)
-    if sel.scale != "map" or image or sel.vmax:
+    # (the row scale: the strip's rows under one colour bar are stretched to the largest of them, as "map" says)
+    scale = "map" if sel.scale == "row" else sel.scale
+    if scale != "map" or image or sel.vmax:
         vmax = scale_top(result, sel.with_(block=b), b, mv.matrix, blocks)
     title = " · ".join([mv.title, *notes])
-    return StripView(b, blk, image, panels, max(vmax, 1e-6), title, notes, sel.scale)
+    return StripView(b, blk, image, panels, max(vmax, 1e-6), title, notes, scale)

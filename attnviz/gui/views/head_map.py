@@ -5,6 +5,9 @@ compared (File ▸ Compare with…), model A's map, model B's, or A − B on a d
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QVBoxLayout, QWidget
 
 from attnviz.app.compare import SHOWN
@@ -96,14 +99,20 @@ class HeadMapView(View):
     def draw(self) -> None:
         s, c, shown = self.session, self.session.comparison, self.shown()
         self._show_frames(vm.tower_frames(s.result, s.sel, s.blocks))  # A's frames: B's map and A − B are of it
+        result, sel, blocks = s.result, s.sel, s.blocks
+        # each head's map as this one is made (a "shared" top over the positions in view); None: a scale of its own
+        head_of: Callable[[vm.Selection], vm.MapView] | None = partial(vm.head_map, result, blocks=blocks)
         if c is not None and shown == "B":
-            mv = vm.compute_other_map(s.result, c.result_b, s.sel, s.blocks)
+            mv = vm.compute_other_map(result, c.result_b, sel, blocks)
+            head_of = partial(vm.compute_other_map, result, c.result_b, blocks_a=blocks)
         elif c is not None and shown == "diff":
-            mv = vm.compute_diff_map(s.result, c.result_b, s.sel, s.blocks)
+            mv, head_of = vm.compute_diff_map(result, c.result_b, sel, blocks), None  # (±max |A − B|: its own)
         else:
             mv = s.current_map()
         if mv is self.heatmap.mv and s.sel.log == self.heatmap.log:
             return  # the same map (e.g. another head under "mean over heads"): nothing to redraw
+        # zoomed in, the scale's top is the positions in view's, as the export's `figure --span --key-span` draws
+        self.heatmap.span_top = None if head_of is None else partial(vm.span_top, mv, sel, head_of=head_of)
         key = (id(s.result), s.sel.block, mv.matrix.shape)
         self.heatmap.set_map(mv, log=s.sel.log, reset_view=key != self._last_shape)
         self._last_shape = key

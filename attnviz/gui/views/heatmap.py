@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pyqtgraph as pg
@@ -185,6 +187,11 @@ class HeatmapWidget(QWidget):
     hovered(int, int)   row and column under the cursor (-1, -1 when outside)
     clicked(int, int)   row and column clicked
     repooled()          a map longer than the screen was drawn again for the view's range and size
+    stretched()         the colour scale's top was set again for the positions in view
+
+    A zoomed-in map on the "map" or "shared" scale is coloured to the positions in view (:attr:`span_top`, set by
+    the view that draws it): its top is theirs once the view settles, as the exported figure's (``figure --span``)
+    is -- a long causal map's whole top is row 0's 1.0, and a window 1,000 positions on stayed black.
 
     A map longer than the screen (:func:`screen_cells`) is drawn max-pooled, and only the region around the view:
     after a zoom, pan or resize settles (:data:`REPOOL_DELAY_MS`) the view model plans the region and its runs for
@@ -195,12 +202,14 @@ class HeatmapWidget(QWidget):
     hovered = Signal(int, int)
     clicked = Signal(int, int)
     repooled = Signal()
+    stretched = Signal()
 
     def __init__(self, parent=None, x_title: str = "key", y_title: str = "query"):
         super().__init__(parent)
         style.configure()
         self.mv: MapView | None = None
         self.shown: np.ndarray | None = None  # values as drawn (log or linear)
+        self.cells: np.ndarray = np.zeros((0, 0), np.float32)  # what the colours are of (core.view.drawn_cells)
         self.log = False
         self._bar: tuple | None = None  # the colour bar's levels, log and words as last set
         self._titles = (x_title, y_title)
@@ -223,6 +232,14 @@ class HeatmapWidget(QWidget):
         self._repool_timer.setSingleShot(True)
         self._repool_timer.setInterval(REPOOL_DELAY_MS)
         self._repool_timer.timeout.connect(self._repool)
+        # the top of the scale over a window of positions ((rows, keys) -> top, core.view.span_top); None: the
+        # whole map's top however zoomed (a view whose export does not draw the window: Alignment)
+        self.span_top: Callable[[tuple[int, int], tuple[int, int]], float] | None = None
+        self._spanned = False  # the top in force is the positions in view's (the colour bar says so)
+        self._stretch_timer = QTimer(self)
+        self._stretch_timer.setSingleShot(True)
+        self._stretch_timer.setInterval(REPOOL_DELAY_MS)  # once the view settles, not on every step of a pan
+        self._stretch_timer.timeout.connect(self.restretch)
         self.vb.sigRangeChanged.connect(self._range_moved)
         self.vb.sigResized.connect(self._range_moved)
         self.image = pg.ImageItem(axisOrder="row-major")
@@ -285,17 +302,15 @@ class HeatmapWidget(QWidget):
         same_shape = self.mv is not None and self.mv.matrix.shape == mv.matrix.shape
         log = log and not mv.diverging  # a signed difference is never on a log scale
         self.mv, self.log = mv, log
-        if mv.diverging:  # A − B: diverging colours, symmetric about 0
-            lo, hi = mv.vmin, mv.vmax
-        else:
-            lo, hi = style.display_levels(np.array([0.0, mv.vmax]), log)  # the view model's top (the selection's scale)
         if mv.diverging != self._diverging:
             self._diverging = mv.diverging
             self.colorbar.setColorMap(style.diff_colormap() if mv.diverging else style.colormap())
-        self._levels = (lo, hi)
         tq, tk = mv.matrix.shape
         if reset_view or not same_shape:
             self.vb.setRange(QRectF(0, 0, tk, tq), padding=0)
+        self._stretch_timer.stop()
+        self.cells = vm.drawn_cells(mv)  # the weights, or on the row scale each row over its maximum
+        self._levels = self._wanted_levels()  # (after the range: a kept zoom keeps its window's top)
         self.x_axis.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
         pi = self.plot.getPlotItem()
@@ -317,12 +332,12 @@ class HeatmapWidget(QWidget):
         if self._long:
             # the colour bar's ticks (its axis's width) and the axes' labels set before the pool is planned: the
             # view's pixels with every band in place, else pooled twice
-            self._set_bar(vm.map_label(mv, log))
+            self._set_bar(self._words())
             self._fit_axes(pi)
             self._draw_region(self._plan() or vm.MapRegion(0, tq, 0, tk, *(-(-n // screen_cells()) for n in (tq, tk))))
         else:
             self.region = None
-            self._draw(mv.matrix, "", QRectF(0, 0, tk, tq))
+            self._draw(self.cells, "", QRectF(0, 0, tk, tq))
         r, c = self.hover
         if 0 <= r < tq and 0 <= c < tk:
             self.set_hover(r, c)
@@ -380,7 +395,7 @@ class HeatmapWidget(QWidget):
         self.shown = style.display_values(cells, self.log, (lo, hi))  # (log after max: log10 keeps the order)
         self.image.setImage(self.shown, autoLevels=False, levels=(lo, hi))
         self.image.setRect(rect)  # each cell over its runs of positions: axes, hover and boxes count positions
-        self._set_bar(vm.map_label(mv, self.log) + note)
+        self._set_bar(self._words() + note)
 
     def _set_bar(self, words: str) -> None:
         """The colour bar at the map's levels with ``words`` (the figure's)."""
@@ -394,7 +409,7 @@ class HeatmapWidget(QWidget):
     def _draw_region(self, region: vm.MapRegion) -> None:
         assert self.mv is not None
         # only the region is read; at one position a cell it is a view, copied here at most the pixels' size
-        cells = np.ascontiguousarray(vm.pool_region(self.mv.matrix, region, signed=self.mv.diverging))
+        cells = np.ascontiguousarray(vm.pool_region(self.cells, region, signed=self.mv.diverging))
         self.region = region
         self._draw(cells, region.note, QRectF(*region.rect))
         self.repooled.emit()
@@ -417,6 +432,41 @@ class HeatmapWidget(QWidget):
     def _range_moved(self, *_) -> None:
         if self._long:
             self._repool_timer.start()  # (re)started: pooled once the range stops moving
+        if self.span_top is not None and self.mv is not None and vm.stretches(self.mv):
+            self._stretch_timer.start()
+
+    def _wanted_levels(self) -> tuple[float, float]:
+        """The colour levels for the map and the view: the view model's top (the selection's scale), or on a
+        stretched scale zoomed in, the top of the positions in view (``figure --span --key-span`` of them)."""
+        mv = self.mv
+        assert mv is not None
+        if mv.diverging:  # A − B: diverging colours, symmetric about 0
+            self._spanned = False
+            return mv.vmin, mv.vmax
+        span = self.visible_span() if self.span_top is not None and vm.stretches(mv) else None
+        self._spanned = span is not None
+        top = self.span_top(*span) if self.span_top is not None and span is not None else mv.vmax
+        lo, hi = style.display_levels(np.array([0.0, top]), self.log)
+        return lo, hi
+
+    def _words(self) -> str:
+        """The colour bar's words, the figure's: a top over the positions in view says so."""
+        assert self.mv is not None
+        return vm.map_label(replace(self.mv, spanned=self._spanned), self.log)
+
+    def restretch(self) -> None:
+        """The view settled: colour it to the positions in view (the whole map's top when all of it is)."""
+        if self.mv is None:
+            return
+        levels = self._wanted_levels()
+        if levels != self._levels or self._words() != (self._bar or (None,) * 3)[2]:
+            self._levels = levels
+            if self._long and self.region is not None:
+                self._draw_region(self.region)
+            else:
+                tq, tk = self.mv.matrix.shape
+                self._draw(self.cells, "", QRectF(0, 0, tk, tq))
+        self.stretched.emit()
 
     def _repool(self) -> None:
         """The view settled: pool the region around it again unless what is drawn already shows it at its runs."""

@@ -27,7 +27,9 @@ ROW_TIP = "which row of a padded batch to show (each row keeps its own tokens)"
 SCALE_TIP = (
     "the top of the colour bar: 0–1 (weights are probabilities; near-uniform attention stays faint), the "
     "largest weight of any head of the block (heads compare; on Image regions, any head's weight on the image from "
-    "the query shown), or this map's own maximum (most contrast)"
+    "the query shown), this map's own maximum (most contrast; these two, on a zoomed-in Head map, those of the "
+    "positions in view), or each query row stretched to its own maximum (long causal maps, where row i spreads over "
+    "i + 1 keys; the hover still reads the weight)"
 )
 VMAX_TIP = (
     "the top of the colour bar set by hand (a weight, e.g. 0.5; `attnviz figure --vmax`), for every view that draws "
