@@ -37,6 +37,8 @@ WINDOW_FIXES = {
     "more_steps": "set generate higher",
     "fewer_steps": "set generate lower",
     "smaller_figure": "export a view of fewer tokens",  # the window's export sizes the figure by the map
+    "dark_map": "the colour scale 'each row stretched to its maximum' draws each query row on its own top (or zoom "
+    "in on a stretched scale)",
     "room": "{name}'s decoder holds {positions} positions; a prompt of {prompt} tokens and generate {generate} need "
     "{fed}: set generate to {most} or fewer",
     "room_pair": " (or a shorter transcript)",

@@ -56,6 +56,7 @@ FIXES = {
     "more_steps": "give more --generate steps",
     "fewer_steps": "ask for fewer --generate steps",  # over the steps' limit (core/limits.py)
     "smaller_figure": "lower --dpi or --width-in",  # over the figure's pixels' limit
+    "dark_map": "--scale row draws each query row on its own top (or --span LO-HI with --scale map, its top the window's)",
     "room": "{name}'s decoder holds {positions} positions; a prompt of {prompt} tokens and --generate {generate} need "
     "{fed}: give --generate {most} or fewer",
     "room_pair": " (or a shorter --text-pair)",

@@ -564,6 +564,7 @@ def _draw(args) -> int:
     from attnviz.figures.select import block_label, resolve_block
     from attnviz.figures.sources import load_result
     from attnviz.figures.spec import FigureSpec
+    from attnviz.figures.views import figure_notes
     from attnviz.runtime.run_notes import say_run_notes
 
     _positional_file(args)
@@ -675,6 +676,7 @@ def _draw(args) -> int:
     if not args.all_heads:
         fig = render_spec(result, spec)
         said_later.append(glyph_note(fig))
+        said_later += figure_notes(fig)  # a map almost wholly dark on its scale: which scale shows it
         for line in (note, *said_later):
             if line:
                 say(line)

@@ -9,6 +9,7 @@ what is shown.  The registry :data:`VIEW_DRAWERS` maps the view name to ``(draw,
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import replace
 
 import numpy as np
@@ -221,7 +222,7 @@ def _map_figure(
     (a signed A − B map on the view model's diverging colours, symmetric about 0)."""
     signed = {"cmap": colormaps[vm.DIFF_CMAP], "norm": Normalize(mv.vmin, mv.vmax)} if mv.diverging else {}
     log = sel.log and not mv.diverging
-    return _heatmap_figure(
+    fig = _heatmap_figure(
         style,
         log,
         mv.vmax,  # the view model's top of the scale (the selection's scale), as the screen's colour bar
@@ -239,6 +240,19 @@ def _map_figure(
         **signed,
         series_title=mv.k_values_title,
     )
+    dark = vm.dark_note(mv, log)
+    if dark:  # said by `figure` once the figure is written (figure_notes)
+        NOTES[fig] = [dark]
+    return fig
+
+
+# what a drawn figure has to tell its reader beside it (a map almost wholly dark on its scale): `figure` says them
+NOTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def figure_notes(fig) -> list[str]:
+    """The notes :func:`_map_figure` left for ``fig`` (none for other views)."""
+    return list(NOTES.get(fig, ()))
 
 
 def _query_row(pos, query: int | None) -> int | None:

@@ -72,6 +72,7 @@ from attnviz.core.view.compare import (
     map_label,
     matching_selection,
 )
+from attnviz.core.view.dark import dark_note
 from attnviz.core.view.defaults import (
     declared_alignment,
     default_image_base,
@@ -287,6 +288,7 @@ __all__ = [
     "POOL_THREADS_FROM",
     "QUERY_OUTLINE",
     "SCALES",
+    "dark_note",
     "SPAN_SCALES",
     "SMOOTH_SIGMA",
     "Selection",

@@ -11,6 +11,7 @@ from functools import partial
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QVBoxLayout, QWidget
 
 from attnviz.app.compare import SHOWN
+from attnviz.app.fields import WINDOW
 from attnviz.core import view as vm
 from attnviz.core.view_names import tab_title
 from attnviz.gui.views.base import View
@@ -42,11 +43,17 @@ class HeadMapView(View):
         self.frame_box.currentIndexChanged.connect(self._on_frame)
         self.frame_row = _labelled_row("frame:", self.frame_box)  # shown only for a tower's frames
         self.find_box = find_box(self.go_to_token)
+        # a map almost wholly in the scale's bottom colour (a long causal map on 0–1) says so and which scale shows it
+        self.dark_label = QLabel()
+        self.dark_label.setWordWrap(True)
+        self.dark_label.setStyleSheet("color: #8a5a00;")
+        self.dark_label.setVisible(False)
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(_labelled_row("find:", self.find_box, shown=True))
         lay.addWidget(self.show_row)
         lay.addWidget(self.frame_row)
+        lay.addWidget(self.dark_label)
         lay.addWidget(self.heatmap)
         self.show_box.currentIndexChanged.connect(lambda _i: self.refresh() if self.isVisible() else None)
         self.show_row.setVisible(self.session.comparison is not None)
@@ -116,6 +123,9 @@ class HeadMapView(View):
         key = (id(s.result), s.sel.block, mv.matrix.shape)
         self.heatmap.set_map(mv, log=s.sel.log, reset_view=key != self._last_shape)
         self._last_shape = key
+        dark = vm.dark_note(mv, s.sel.log, WINDOW)
+        self.dark_label.setText(dark or "")
+        self.dark_label.setVisible(dark is not None)
 
 
 def find_box(go) -> QLineEdit:
