@@ -563,6 +563,7 @@ def _draw(args) -> int:
     from attnviz.figures.select import block_label, resolve_block
     from attnviz.figures.sources import load_result
     from attnviz.figures.spec import FigureSpec
+    from attnviz.figures.views import figure_note
     from attnviz.runtime.run_notes import say_run_notes
 
     _positional_file(args)
@@ -674,6 +675,7 @@ def _draw(args) -> int:
     if not args.all_heads:
         fig = render_spec(result, spec)
         said_later.append(glyph_note(fig))
+        said_later.append(figure_note(fig))  # what the page left out (a long links page: fewer links a token)
         for line in (note, *said_later):
             if line:
                 say(line)

@@ -9,6 +9,7 @@ what is shown.  The registry :data:`VIEW_DRAWERS` maps the view name to ``(draw,
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import replace
 
 import numpy as np
@@ -242,11 +243,18 @@ def _map_figure(
     )
 
 
-def _query_row(pos, query: int | None) -> int | None:
-    """The drawn row of query position ``query`` (None: none asked); refused when hiding special tokens took it."""
+def _query_row(pos, query: int | None, span: tuple[int, int] | None = None) -> int | None:
+    """The drawn row of query position ``query`` (None: none asked); refused when ``--span`` left it out or
+    hiding special tokens took it."""
     if query is None:
         return None
     where = np.nonzero(np.asarray(pos) == query)[0]
+    if not len(where) and span is not None and not span[0] <= query <= span[1]:
+        raise AttnvizError(
+            f"--query {query} lies outside --span {span[0]}-{span[1]}; give a query within the span or a span "
+            "that holds it",
+            param="query",
+        )
     if not len(where):
         raise AttnvizError(
             f"query {query} is a special token hidden by hide_special; pick another query", param="query"
@@ -261,7 +269,7 @@ def _spanned(mv: vm.MapView, style: FigureStyle) -> vm.MapView:
 
 def draw_heatmap(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     mv = _spanned(vm.head_map(result, sel), style)  # the Head map's: a tower's frames one at a time (sel.frame)
-    return _map_figure(result, sel, style, mv, _query_row(mv.q_pos, sel.query))
+    return _map_figure(result, sel, style, mv, _query_row(mv.q_pos, sel.query, style.span))
 
 
 def draw_diff(result_a: AttentionResult, result_b: AttentionResult, sel: vm.Selection, style: FigureStyle):
@@ -405,13 +413,38 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
 # ---------------------------------------------------------------------------------------------
 # token links
 
+LINKS_MAX_IN = 16.0  # a links page's height without a width preset: the heatmap's (it drew 22-in pages)
+
+
+# what a figure left out, said once it is drawn (figure_note): a long links page's fewer links a token
+_NOTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def figure_note(fig) -> str | None:
+    """The note ``figure`` prints after drawing ``fig`` (what the page leaves out and how to see it), or None."""
+    return _NOTES.get(fig)
+
+
+def _links_note(n: int, per_row: int) -> str:
+    """A long input's links page: each of ``n`` query tokens keeps ``per_row`` links (vm.page_links)."""
+    kept = "its strongest link" if per_row == 1 else f"its {per_row} strongest links"
+    return (
+        f"links: {n:,} query tokens on one page: each draws {kept} (of up to {vm.LINKS_PER_ROW}), the labels "
+        "thinned to fit; --span LO-HI draws a window's tokens with all their links and labels"
+    )
+
 
 def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     spec = style
     lv = vm.links_view(result, sel)  # the view model's heads (vm.link_heads) or aggregate, as the screen draws
+    lv = vm.span_links(lv, style.span, style.key_span)  # --span / --key-span: a window's tokens and their links
     items = [(name, m) for name, _, m in lv.items]
     colours = [c for _, c, _ in lv.items]
-    q_only = None if lv.q_pos is None else _query_row(lv.q_pos, sel.query)
+    q_only = None if lv.q_pos is None else _query_row(lv.q_pos, sel.query, style.span)
+    # a long input's page: each token keeps its strongest few links (vm.LINKS_PER_PAGE), else a solid blob
+    per_row = vm.page_links(len(lv.q_labels)) if q_only is None else vm.LINKS_PER_ROW
+    links = vm.keep_strongest(lv.links, per_row)
+    note = _links_note(len(lv.q_labels), per_row) if per_row < vm.LINKS_PER_ROW else None
     q_labels, k_labels = display_labels(lv.q_labels), display_labels(lv.k_labels)
     q_special, k_special = lv.q_special, lv.k_special
     nq, nk = len(q_labels), len(k_labels)
@@ -428,9 +461,10 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / legend_cols) if len(items) > 1 else 0.0
     top = title_height(title, fs + 1) + fs * 2.2 * PT
     # the key under it all: what a line's width and opacity say, and which links are left out
-    key = wrap_label(vm.links_key(lv.vmax, lv.cut), width - 0.2, fs - 1)
+    key = wrap_label(vm.links_key(lv.vmax, lv.cut, per_row, lv.outside), width - 0.2, fs - 1)
     key_in = (key.count("\n") + 1) * (fs - 1) * LINE * PT + 0.06
-    height = clamp(top + legend_in + key_in + 0.1 + n * pitch, 1.5, 22.0)
+    # a page a journal takes: the heatmap's cap (16 in; 10 in at a column's width), the labels thinned to fit
+    height = clamp(top + legend_in + key_in + 0.1 + n * pitch, 1.5, LINKS_MAX_IN if spec.fixed_width is None else 10.0)
     fig = new_figure(spec, width, height, constrained=False)
     span_h = height - top - legend_in - key_in - 0.1
     ax = fig.add_axes(
@@ -469,7 +503,7 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     # the view model's links (the screen draws the same set): strongest per row, above LINK_MIN of the cut's reference
     by_item: dict[int, tuple[list, list, list]] = {}
     n_items = len(items)
-    for c, i, j, w in lv.links:
+    for c, i, j, w in links:
         if q_only is not None and i != q_only:
             continue
         # overlaid heads sit side by side (a fraction of a row apart) instead of blending into one line
@@ -501,6 +535,8 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     fig.text(0.5, 0.03 / height, key, ha="center", va="bottom", fontsize=fs - 1, color="0.3", linespacing=LINE * 0.9)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
+    if note:
+        _NOTES[fig] = note
     return fig
 
 

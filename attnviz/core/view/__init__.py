@@ -116,12 +116,15 @@ from attnviz.core.view.labels import (
 from attnviz.core.view.link_cut import DEFAULT_LINK_CUT, LINK_CUTS, RECIPE_LINK_CUT, LinkCut, check_link_cut
 from attnviz.core.view.links import (
     LINK_MIN,
+    LINKS_PER_PAGE,
     LINKS_PER_ROW,
     LinksView,
+    keep_strongest,
     link_alpha,
     link_heads,
     links_key,
     links_view,
+    page_links,
     strongest_links,
 )
 from attnviz.core.view.maps import (
@@ -216,7 +219,7 @@ from attnviz.core.view.selection import (
     map_inputs,
     result_blocks,
 )
-from attnviz.core.view.span import span_map
+from attnviz.core.view.span import span_links, span_map
 from attnviz.core.view.steps import (
     NEXT_WORD,
     generation_rows,
@@ -260,6 +263,7 @@ __all__ = [
     "HIDDEN_NOTE",
     "IMAGE_BASES",
     "IMAGE_FROM",
+    "LINKS_PER_PAGE",
     "LINKS_PER_ROW",
     "LINK_MIN",
     "LOG_DECADES",
@@ -359,10 +363,12 @@ __all__ = [
     "picture_count",
     "picture_label",
     "pictured",
+    "keep_strongest",
     "link_alpha",
     "link_heads",
     "links_key",
     "links_view",
+    "page_links",
     "log_ticks",
     "map_inputs",
     "map_label",
@@ -399,6 +405,7 @@ __all__ = [
     "query_names",
     "query_place",
     "query_tip",
+    "span_links",
     "span_map",
     "ClipCut",
     "clip_cut",
