@@ -220,15 +220,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--span",
         type=_span,
         metavar="LO-HI",
-        help="heatmap / alignment: draw only query positions LO..HI (from 0, as --query counts them; a "
-        "self-attention map's keys too): a window of a long map, its tokens all labelled",
+        help="heatmap / alignment / links: draw only query positions LO..HI (from 0, as --query counts them; a "
+        "self-attention map's keys too): a window of a long map, its tokens all labelled (links: the lines "
+        "between the window's tokens)",
     )
     view.add_argument(
         "--key-span",
         dest="key_span",
         type=_span,
         metavar="LO-HI",
-        help="heatmap / alignment: draw only key positions LO..HI (default: --span's for a self-attention map, "
+        help="heatmap / alignment / links: draw only key positions LO..HI (default: --span's for a self-attention map, "
         "else every key)",
     )
     view.add_argument(

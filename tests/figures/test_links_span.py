@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from figure_data import encdec_result
 from matplotlib.collections import LineCollection
 
 from attnviz.cli import main
@@ -131,10 +132,23 @@ def test_a_long_page_is_capped_and_keeps_each_tokens_strongest_links(tmp_path, c
     note = [line for line in err.splitlines() if "query tokens on one page" in line]
     assert len(note) == 1 and "2,000 query tokens" in note[0] and "its 3 strongest links" in note[0]
     assert "--span LO-HI" in note[0]
-    single = tmp_path / "single.pdf"
-    assert main([*common, "--width", "single", "--out", str(single)]) == 0
-    assert _mediabox_in(single.read_bytes()) == pytest.approx((3.5, 10.0), abs=0.01)
+    single = render_spec(r, FigureSpec(view="links", head=0, width="single")).get_size_inches()
+    assert tuple(single) == pytest.approx((3.5, 10.0))  # a column's width: the heatmap's 10 in
     capsys.readouterr()
     window = tmp_path / "window.pdf"
     assert main([*common, "--span", "1000-1063", "--out", str(window)]) == 0
     assert "query tokens on one page" not in capsys.readouterr().err  # a window draws all its links
+
+
+def test_a_cross_attention_window_keeps_every_source_token_unless_asked():
+    r = encdec_result()
+    m = r.maps[5].head(0, 0)
+    spec = {"view": "links", "block": "decoder cross", "layer": 1, "head": 0, "link_cut": "row"}
+    whole = _links_by_hand(m)
+    src, tgt = r.tokens.labels, r.key_tokens.labels
+    for key_span, keys in ((None, range(len(src))), ([1, 3], range(1, 4))):
+        fig = render_spec(r, FigureSpec(**spec, span=[2, 4], key_span=key_span))
+        labels = [t for t in fig.axes[0].texts if t.get_style() != "italic"]
+        assert [t.get_text() for t in labels if t.get_ha() == "left"] == [src[j] for j in keys]
+        want = sorted((tgt[i], src[j]) for i, j, _ in whole if 2 <= i <= 4 and j in keys)
+        assert [d[:2] for d in _drawn(fig)] == want
