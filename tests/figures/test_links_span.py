@@ -129,6 +129,9 @@ def test_a_long_page_is_capped_and_keeps_each_tokens_strongest_links(tmp_path, c
     assert sorted(lines) == [(i, j) for i, j, _ in want]  # (one head: a line's ends are its rows)
     assert len({i for i, _ in lines}) == t  # every token keeps its link
     assert "past its 3 strongest: not drawn" in _key(fig)
+    # rows 0.5 pt apart: lines a tenth as wide (0.2 + 2 w pt each before: the page inked solid)
+    widths = [float(lw) for coll in fig.axes[0].collections for lw in coll.get_linewidths()]
+    assert max(widths) <= 0.1 * (0.2 + 2.0) + 1e-9 and min(widths) >= 0.1 * 0.2 - 1e-9
     note = [line for line in err.splitlines() if "query tokens on one page" in line]
     assert len(note) == 1 and "2,000 query tokens" in note[0] and "its 3 strongest links" in note[0]
     assert "--span LO-HI" in note[0]
