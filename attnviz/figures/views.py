@@ -243,16 +243,17 @@ def _map_figure(
     )
 
 
-def _query_row(pos, query: int | None, span: tuple[int, int] | None = None) -> int | None:
-    """The drawn row of query position ``query`` (None: none asked); refused when ``--span`` left it out or
-    hiding special tokens took it."""
+def _query_row(pos, query: int | None) -> int | None:
+    """The drawn row of query position ``query`` (None: none asked); refused when a window (``--span``) left it
+    out or hiding special tokens took it."""
     if query is None:
         return None
-    where = np.nonzero(np.asarray(pos) == query)[0]
-    if not len(where) and span is not None and not span[0] <= query <= span[1]:
+    pos = np.asarray(pos)
+    where = np.nonzero(pos == query)[0]
+    if not len(where) and len(pos) and not int(pos.min()) <= query <= int(pos.max()):
         raise AttnvizError(
-            f"--query {query} lies outside --span {span[0]}-{span[1]}; give a query within the span or a span "
-            "that holds it",
+            f"--query {query} lies outside the positions drawn ({int(pos.min())}-{int(pos.max())}); give a query "
+            "within --span, or a span that holds it",
             param="query",
         )
     if not len(where):
@@ -269,7 +270,7 @@ def _spanned(mv: vm.MapView, style: FigureStyle) -> vm.MapView:
 
 def draw_heatmap(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     mv = _spanned(vm.head_map(result, sel), style)  # the Head map's: a tower's frames one at a time (sel.frame)
-    return _map_figure(result, sel, style, mv, _query_row(mv.q_pos, sel.query, style.span))
+    return _map_figure(result, sel, style, mv, _query_row(mv.q_pos, sel.query))
 
 
 def draw_diff(result_a: AttentionResult, result_b: AttentionResult, sel: vm.Selection, style: FigureStyle):
@@ -440,7 +441,7 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     lv = vm.span_links(lv, style.span, style.key_span)  # --span / --key-span: a window's tokens and their links
     items = [(name, m) for name, _, m in lv.items]
     colours = [c for _, c, _ in lv.items]
-    q_only = None if lv.q_pos is None else _query_row(lv.q_pos, sel.query, style.span)
+    q_only = None if lv.q_pos is None else _query_row(lv.q_pos, sel.query)
     # a long input's page: each token keeps its strongest few links (vm.LINKS_PER_PAGE), else a solid blob
     per_row = vm.page_links(len(lv.q_labels)) if q_only is None else vm.LINKS_PER_ROW
     links = vm.keep_strongest(lv.links, per_row)

@@ -111,7 +111,10 @@ BAD = [
     (["--span", "800-900"], "--span 800-900 holds none of the map's query positions (0-699)"),
     (["--span", "1-5", "--view", "overview"], "the overview view has none to cut"),
     (["--key-span", "1-5", "--view", "strip"], "the strip view has none to cut"),
-    (["--span", "300-331", "--query", "10", "--view", "links"], "--query 10 lies outside --span 300-331"),
+    (
+        ["--span", "300-331", "--query", "10", "--view", "links"],
+        "--query 10 lies outside the positions drawn (300-331)",
+    ),
     (["--key-span", "800-900", "--view", "links"], "--key-span 800-900 holds none of the map's key positions"),
 ]
 

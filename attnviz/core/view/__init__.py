@@ -114,6 +114,7 @@ from attnviz.core.view.labels import (
     title_lines,
 )
 from attnviz.core.view.link_cut import DEFAULT_LINK_CUT, LINK_CUTS, RECIPE_LINK_CUT, LinkCut, check_link_cut
+from attnviz.core.view.link_span import span_links
 from attnviz.core.view.links import (
     LINK_MIN,
     LINKS_PER_PAGE,
@@ -219,7 +220,7 @@ from attnviz.core.view.selection import (
     map_inputs,
     result_blocks,
 )
-from attnviz.core.view.span import span_links, span_map
+from attnviz.core.view.span import span_map
 from attnviz.core.view.steps import (
     NEXT_WORD,
     generation_rows,
@@ -369,6 +370,7 @@ __all__ = [
     "links_key",
     "links_view",
     "page_links",
+    "span_links",
     "log_ticks",
     "map_inputs",
     "map_label",
@@ -405,7 +407,6 @@ __all__ = [
     "query_names",
     "query_place",
     "query_tip",
-    "span_links",
     "span_map",
     "ClipCut",
     "clip_cut",

@@ -8,15 +8,14 @@ take the rows' window unless a key window is given; a cross-attention map's keys
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import Block
 from attnviz.core.view.clip import clip_cut
-from attnviz.core.view.links import LinksView
 from attnviz.core.view.maps import MapView
 from attnviz.core.view.selection import Selection, blk_len
 
@@ -44,7 +43,7 @@ def _kept(pos: np.ndarray, span: tuple[int, int], what: str, flag: str, window: 
     return keep
 
 
-def _clip_window(blk: Block | None, notes: Sequence[str], axis: int) -> int | None:
+def _clip_window(blk: Block | None, notes: tuple[str, ...] | list[str], axis: int) -> int | None:
     """The length of the model's whole window on ``axis`` (0: queries, 1: keys) where a map of ``blk`` with
     ``notes`` had that axis cut to a speech clip's frames (core.view.clip: the maps end with the clip unless
     ``--padding``), else None."""
@@ -60,8 +59,7 @@ def _within(span: tuple[int, int], pos: np.ndarray) -> tuple[int, int]:
     return span[0], min(int(span[1]), int(np.max(pos)))
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(NamedTuple):
     """Which rows and columns a window keeps (``q``, ``k``: masks over the map's) and what the title says of it."""
 
     q: np.ndarray
@@ -69,9 +67,9 @@ class Window:
     said: list[str]
 
 
-def _window(
+def window(
     blk: Block | None,
-    notes: Sequence[str],
+    notes: tuple[str, ...] | list[str],
     pos: tuple[np.ndarray, np.ndarray],
     titles: tuple[str, str],
     rows: tuple[int, int] | None,
@@ -105,7 +103,7 @@ def span_map(mv: MapView, rows: tuple[int, int] | None, keys: tuple[int, int] | 
     self-attention map's keys, which take ``rows``), its title saying which."""
     if rows is None and keys is None:
         return mv
-    win = _window(mv.block, mv.notes, (mv.q_pos, mv.k_pos), (mv.y_title, mv.x_title), rows, keys)
+    win = window(mv.block, mv.notes, (mv.q_pos, mv.k_pos), (mv.y_title, mv.x_title), rows, keys)
     q, k, said = win.q, win.k, win.said
     qi, ki = np.nonzero(q)[0], np.nonzero(k)[0]
     return replace(
@@ -119,36 +117,4 @@ def span_map(mv: MapView, rows: tuple[int, int] | None, keys: tuple[int, int] | 
         k_special=[mv.k_special[i] for i in ki] if mv.k_special else [],
         k_values=[mv.k_values[i] for i in ki] if mv.k_values is not None else None,
         title=" · ".join([mv.title, *said]),
-    )
-
-
-def span_links(lv: LinksView, rows: tuple[int, int] | None, keys: tuple[int, int] | None = None) -> LinksView:
-    """Token links cut to query positions ``rows`` and key positions ``keys`` as :func:`span_map` cuts a map: the
-    two columns the window's tokens, the lines the links the whole view draws between them (each token's
-    strongest of its whole row, shaded by its share of the whole row: a window never makes a link stronger).
-    The links of the window's query tokens to keys outside it are counted (``outside``: the key says so)."""
-    if rows is None and keys is None:
-        return lv
-    q_pos = lv.q_pos if lv.q_pos is not None else np.arange(len(lv.q_labels))
-    k_pos = lv.k_pos if lv.k_pos is not None else np.arange(len(lv.k_labels))
-    win = _window(lv.block, lv.notes, (q_pos, k_pos), lv.x_titles, rows, keys)
-    qi, ki = np.nonzero(win.q)[0], np.nonzero(win.k)[0]
-    q_new = np.full(len(q_pos), -1)
-    q_new[qi] = np.arange(len(qi))
-    k_new = np.full(len(k_pos), -1)
-    k_new[ki] = np.arange(len(ki))
-    links = [(c, int(q_new[i]), int(k_new[j]), w) for c, i, j, w in lv.links if q_new[i] >= 0 and k_new[j] >= 0]
-    outside = sum(1 for _, i, j, _ in lv.links if q_new[i] >= 0 and k_new[j] < 0)
-    return replace(
-        lv,
-        q_labels=[lv.q_labels[i] for i in qi],
-        k_labels=[lv.k_labels[j] for j in ki],
-        q_special=[lv.q_special[i] for i in qi] if lv.q_special else [],
-        k_special=[lv.k_special[j] for j in ki] if lv.k_special else [],
-        items=[(name, colour, m[np.ix_(qi, ki)]) for name, colour, m in lv.items],
-        links=links,
-        title=" · ".join([lv.title, *win.said]),
-        q_pos=np.asarray(q_pos)[qi],
-        k_pos=np.asarray(k_pos)[ki],
-        outside=outside,
     )
