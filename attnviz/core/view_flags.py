@@ -69,8 +69,8 @@ VIEW_FLAGS = (
     ViewFlag("--image-from", "image_from", ("image",)),
     ViewFlag("--picture", "picture", ("image",)),
     ViewFlag("--frame", "frame", ("heatmap",)),
-    ViewFlag("--span", "span", ("heatmap", "alignment")),
-    ViewFlag("--key-span", "key_span", ("heatmap", "alignment")),
+    ViewFlag("--span", "span", ("heatmap", "alignment", "links")),
+    ViewFlag("--key-span", "key_span", ("heatmap", "alignment", "links")),
     ViewFlag("--link-cut", "link_cut", ("links",)),
     # a speech clip's maps: their frame axes end with the clip unless asked for the window's padding too (Audio
     # regions draw the clip alone, whatever it says); Head stats are of the frames the maps show

@@ -221,15 +221,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--span",
         type=_span,
         metavar="LO-HI",
-        help="heatmap / alignment: draw only query positions LO..HI (from 0, as --query counts them; a "
-        "self-attention map's keys too): a window of a long map, its tokens all labelled",
+        help="heatmap / alignment / links: draw only query positions LO..HI (from 0, as --query counts them; a "
+        "self-attention map's keys too): a window of a long map, its tokens all labelled (links: the lines "
+        "between the window's tokens)",
     )
     view.add_argument(
         "--key-span",
         dest="key_span",
         type=_span,
         metavar="LO-HI",
-        help="heatmap / alignment: draw only key positions LO..HI (default: --span's for a self-attention map, "
+        help="heatmap / alignment / links: draw only key positions LO..HI (default: --span's for a self-attention map, "
         "else every key)",
     )
     view.add_argument(
@@ -676,7 +677,7 @@ def _draw(args) -> int:
     if not args.all_heads:
         fig = render_spec(result, spec)
         said_later.append(glyph_note(fig))
-        said_later += figure_notes(fig)  # a map almost wholly dark on its scale: which scale shows it
+        said_later += figure_notes(fig)  # a map almost wholly dark on its scale, a long links page's fewer links
         for line in (note, *said_later):
             if line:
                 say(line)

@@ -242,11 +242,12 @@ def _map_figure(
     )
     dark = vm.dark_note(mv, log)
     if dark:  # said by `figure` once the figure is written (figure_notes)
-        NOTES[fig] = [dark]
+        NOTES.setdefault(fig, []).append(dark)
     return fig
 
 
-# what a drawn figure has to tell its reader beside it (a map almost wholly dark on its scale): `figure` says them
+# what a drawn figure has to tell its reader beside it (a map almost wholly dark on its scale, a long links page's
+# fewer links a token): `figure` says them once it is drawn
 NOTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -256,10 +257,18 @@ def figure_notes(fig) -> list[str]:
 
 
 def _query_row(pos, query: int | None) -> int | None:
-    """The drawn row of query position ``query`` (None: none asked); refused when hiding special tokens took it."""
+    """The drawn row of query position ``query`` (None: none asked); refused when a window (``--span``) left it
+    out or hiding special tokens took it."""
     if query is None:
         return None
-    where = np.nonzero(np.asarray(pos) == query)[0]
+    pos = np.asarray(pos)
+    where = np.nonzero(pos == query)[0]
+    if not len(where) and len(pos) and not int(pos.min()) <= query <= int(pos.max()):
+        raise AttnvizError(
+            f"--query {query} lies outside the positions drawn ({int(pos.min())}-{int(pos.max())}); give a query "
+            "within --span, or a span that holds it",
+            param="query",
+        )
     if not len(where):
         raise AttnvizError(
             f"query {query} is a special token hidden by hide_special; pick another query", param="query"
@@ -421,13 +430,29 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
 # ---------------------------------------------------------------------------------------------
 # token links
 
+LINKS_MAX_IN = 16.0  # a links page's height without a width preset: the heatmap's (it drew 22-in pages)
+
+
+def _links_note(n: int, per_row: int) -> str:
+    """A long input's links page: each of ``n`` query tokens keeps ``per_row`` links (vm.page_links)."""
+    kept = "its strongest link" if per_row == 1 else f"its {per_row} strongest links"
+    return (
+        f"links: {n:,} query tokens on one page: each draws {kept} (of up to {vm.LINKS_PER_ROW}), the labels "
+        "thinned to fit; --span LO-HI draws a window's tokens with all their links and labels"
+    )
+
 
 def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     spec = style
     lv = vm.links_view(result, sel)  # the view model's heads (vm.link_heads) or aggregate, as the screen draws
+    lv = vm.span_links(lv, style.span, style.key_span)  # --span / --key-span: a window's tokens and their links
     items = [(name, m) for name, _, m in lv.items]
     colours = [c for _, c, _ in lv.items]
     q_only = None if lv.q_pos is None else _query_row(lv.q_pos, sel.query)
+    # a long input's page: each token keeps its strongest few links (vm.LINKS_PER_PAGE), else a solid blob
+    per_row = vm.page_links(len(lv.q_labels)) if q_only is None else vm.LINKS_PER_ROW
+    links = vm.keep_strongest(lv.links, per_row)
+    note = _links_note(len(lv.q_labels), per_row) if per_row < vm.LINKS_PER_ROW else None
     q_labels, k_labels = display_labels(lv.q_labels), display_labels(lv.k_labels)
     q_special, k_special = lv.q_special, lv.k_special
     nq, nk = len(q_labels), len(k_labels)
@@ -444,9 +469,10 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / legend_cols) if len(items) > 1 else 0.0
     top = title_height(title, fs + 1) + fs * 2.2 * PT
     # the key under it all: what a line's width and opacity say, and which links are left out
-    key = wrap_label(vm.links_key(lv.vmax, lv.cut), width - 0.2, fs - 1)
+    key = wrap_label(vm.links_key(lv.vmax, lv.cut, per_row, lv.outside), width - 0.2, fs - 1)
     key_in = (key.count("\n") + 1) * (fs - 1) * LINE * PT + 0.06
-    height = clamp(top + legend_in + key_in + 0.1 + n * pitch, 1.5, 22.0)
+    # a page a journal takes: the heatmap's cap (16 in; 10 in at a column's width), the labels thinned to fit
+    height = clamp(top + legend_in + key_in + 0.1 + n * pitch, 1.5, LINKS_MAX_IN if spec.fixed_width is None else 10.0)
     fig = new_figure(spec, width, height, constrained=False)
     span_h = height - top - legend_in - key_in - 0.1
     ax = fig.add_axes(
@@ -483,9 +509,12 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
         if j in k_shown:
             ax.text(x1 + 0.01, y, lab, ha="left", va="center", fontsize=fs, color="0.45" if k_special[j] else "black")
     # the view model's links (the screen draws the same set): strongest per row, above LINK_MIN of the cut's reference
+    # rows closer than a label's pitch: lines as much thinner (at least a tenth), else 2,000 rows' lines, each at
+    # least 0.2 pt on rows 0.5 pt apart, inked the page solid (a tiny causal model's one link a row included)
+    thin = clamp(span_h / max(n, 1) / pitch, 0.1, 1.0)
     by_item: dict[int, tuple[list, list, list]] = {}
     n_items = len(items)
-    for c, i, j, w in lv.links:
+    for c, i, j, w in links:
         if q_only is not None and i != q_only:
             continue
         # overlaid heads sit side by side (a fraction of a row apart) instead of blending into one line
@@ -494,7 +523,7 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
         colour = to_rgba(colours[c])
         segs.append(((x0, yq[i] + dy), (x1, yk[j] + dy)))
         cols_rgba.append((*colour[:3], vm.link_alpha(w)))
-        widths.append(0.2 + 2.0 * w)
+        widths.append((0.2 + 2.0 * w) * thin)
     for segs, cols_rgba, widths in by_item.values():
         ax.add_collection(LineCollection(segs, colors=cols_rgba, linewidths=widths, capstyle="round"))
     if len(items) > 1:
@@ -517,6 +546,8 @@ def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     fig.text(0.5, 0.03 / height, key, ha="center", va="bottom", fontsize=fs - 1, color="0.3", linespacing=LINE * 0.9)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
+    if note:  # what the page left out (fewer links a token) and how to see it: said by `figure` (figure_notes)
+        NOTES.setdefault(fig, []).append(note)
     return fig
 
 

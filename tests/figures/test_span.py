@@ -110,7 +110,12 @@ BAD = [
     (["--span", "a-b"], "positions must look like 300-399"),
     (["--span", "800-900"], "--span 800-900 holds none of the map's query positions (0-699)"),
     (["--span", "1-5", "--view", "overview"], "the overview view has none to cut"),
-    (["--key-span", "1-5", "--view", "links"], "the links view has none to cut"),
+    (["--key-span", "1-5", "--view", "strip"], "the strip view has none to cut"),
+    (
+        ["--span", "300-331", "--query", "10", "--view", "links"],
+        "--query 10 lies outside the positions drawn (300-331)",
+    ),
+    (["--key-span", "800-900", "--view", "links"], "--key-span 800-900 holds none of the map's key positions"),
 ]
 
 

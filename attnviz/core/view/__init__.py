@@ -115,14 +115,18 @@ from attnviz.core.view.labels import (
     title_lines,
 )
 from attnviz.core.view.link_cut import DEFAULT_LINK_CUT, LINK_CUTS, RECIPE_LINK_CUT, LinkCut, check_link_cut
+from attnviz.core.view.link_span import span_links
 from attnviz.core.view.links import (
     LINK_MIN,
+    LINKS_PER_PAGE,
     LINKS_PER_ROW,
     LinksView,
+    keep_strongest,
     link_alpha,
     link_heads,
     links_key,
     links_view,
+    page_links,
     strongest_links,
 )
 from attnviz.core.view.maps import (
@@ -264,6 +268,7 @@ __all__ = [
     "HIDDEN_NOTE",
     "IMAGE_BASES",
     "IMAGE_FROM",
+    "LINKS_PER_PAGE",
     "LINKS_PER_ROW",
     "LINK_MIN",
     "LOG_DECADES",
@@ -365,10 +370,13 @@ __all__ = [
     "picture_count",
     "picture_label",
     "pictured",
+    "keep_strongest",
     "link_alpha",
     "link_heads",
     "links_key",
     "links_view",
+    "page_links",
+    "span_links",
     "log_ticks",
     "map_inputs",
     "map_label",

@@ -21,20 +21,49 @@ LINK_MIN = 0.05  # weights below this fraction of the cut's reference (LINK_CUTS
 LINKS_PER_ROW = 12  # at most this many (the strongest) links per query token and head
 
 
-def links_key(vmax: float, cut: str = DEFAULT_LINK_CUT) -> str:
+def links_key(vmax: float, cut: str = DEFAULT_LINK_CUT, per_row: int = LINKS_PER_ROW, outside: int = 0) -> str:
     """What a link's line says, as the figure's key: the lines carried no scale, and the weak links they leave out
     went unsaid.  Against the map's top the key names it (``vmax``); against each row's strongest there is no
-    one number to name."""
+    one number to name.  ``per_row``: the links a token keeps (a long figure's fewer, :func:`page_links`);
+    ``outside``: the window's links to keys outside it (:func:`~attnviz.core.view.span.span_links`), not drawn."""
     entry = check_link_cut(cut)
+    strongest = f"{per_row} strongest" if per_row != 1 else "strongest link"
     if entry.name == "map":  # as the key read before there was a choice
-        return (
+        said = (
             f"line width and opacity grow with the weight (full at {vmax:.3g}); under {LINK_MIN:.0%} of that, "
-            f"or past a token's {LINKS_PER_ROW} strongest: not drawn"
+            f"or past a token's {strongest}: not drawn"
         )
-    return (
-        f"line width and opacity grow with {entry.shaded}; under {LINK_MIN:.0%} of {entry.against}, "
-        f"or past its {LINKS_PER_ROW} strongest: not drawn"
-    )
+    else:
+        said = (
+            f"line width and opacity grow with {entry.shaded}; under {LINK_MIN:.0%} of {entry.against}, "
+            f"or past its {strongest}: not drawn"
+        )
+    if outside:
+        said += f"; {outside:,} link{'s' if outside != 1 else ''} to keys outside the window: not drawn"
+    return said
+
+
+# A page of links holds at most about this many lines: 12 a token up to 512 tokens (a 16-in page: rows 2.25 pt
+# apart).  Past that, 24,000 lines of a 2,000-token input drew a solid blob (and a 1.6 MB PDF); each token keeps
+# its strongest few instead (one past 3,072 tokens), so every token still has its link and the page its shape.
+LINKS_PER_PAGE = 512 * LINKS_PER_ROW
+
+
+def page_links(n_rows: int) -> int:
+    """How many links each of ``n_rows`` query tokens keeps on a figure's page (:data:`LINKS_PER_PAGE`)."""
+    return max(1, min(LINKS_PER_ROW, LINKS_PER_PAGE // max(n_rows, 1)))
+
+
+def keep_strongest(links: list[tuple[int, int, int, float]], per_row: int) -> list[tuple[int, int, int, float]]:
+    """Of ``links`` (:func:`strongest_links`' order: row by row, columns in order) each (matrix, row)'s ``per_row``
+    of the largest shade (the shade grows with the weight in a row; of equal ones the leftmost), order kept."""
+    if per_row >= LINKS_PER_ROW:
+        return links
+    groups: dict[tuple[int, int], list[int]] = {}
+    for n, (c, i, _, _) in enumerate(links):
+        groups.setdefault((c, i), []).append(n)
+    keep = sorted(n for at in groups.values() for n in sorted(at, key=lambda n: -links[n][3])[:per_row])
+    return [links[n] for n in keep]
 
 
 def link_alpha(w: float) -> float:
@@ -58,6 +87,9 @@ class LinksView:
     q_pos: np.ndarray | None = None
     x_titles: tuple[str, str] = ("query", "key")
     cut: str = DEFAULT_LINK_CUT  # what the links' weights are relative to (LINK_CUTS)
+    k_pos: np.ndarray | None = None  # the key column's positions (q_pos's, for keys: what --key-span counts)
+    notes: tuple[str, ...] = ()  # the maps' notes (a speech clip's cut: core.view.clip), as MapView.notes
+    outside: int = 0  # a window's (core.view.span.span_links) links to keys outside it, not drawn
 
 
 def strongest_links(
@@ -205,4 +237,6 @@ def links_view(
         mv0.q_pos,
         ends,
         sel.link_cut,
+        mv0.k_pos,
+        tuple(mv0.notes),
     )

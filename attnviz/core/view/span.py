@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.attention import Block
 from attnviz.core.view.clip import clip_cut
 from attnviz.core.view.maps import MapView, row_stretched, whole_row_tops
 from attnviz.core.view.palette import SPAN_SCALES
@@ -45,12 +47,12 @@ def _kept(pos: np.ndarray, span: tuple[int, int], what: str, flag: str, window: 
     return keep
 
 
-def _clip_window(mv: MapView, axis: int) -> int | None:
-    """The length of the model's whole window on ``axis`` (0: queries, 1: keys) where ``mv``'s axis was cut to a
-    speech clip's frames (core.view.clip: the maps end with the clip unless ``--padding``), else None."""
-    blk = mv.block
+def _clip_window(blk: Block | None, notes: tuple[str, ...] | list[str], axis: int) -> int | None:
+    """The length of the model's whole window on ``axis`` (0: queries, 1: keys) where a map of ``blk`` with
+    ``notes`` had that axis cut to a speech clip's frames (core.view.clip: the maps end with the clip unless
+    ``--padding``), else None."""
     cut = clip_cut(blk.result, blk, Selection()) if blk is not None else None
-    if blk is None or cut is None or cut.note not in mv.notes or (cut.rows, cut.keys)[axis] is None:
+    if blk is None or cut is None or cut.note not in notes or (cut.rows, cut.keys)[axis] is None:
         return None
     return blk_len(blk, axis)
 
@@ -61,28 +63,52 @@ def _within(span: tuple[int, int], pos: np.ndarray) -> tuple[int, int]:
     return span[0], min(int(span[1]), int(np.max(pos)))
 
 
+class Window(NamedTuple):
+    """Which rows and columns a window keeps (``q``, ``k``: masks over the map's) and what the title says of it."""
+
+    q: np.ndarray
+    k: np.ndarray
+    said: list[str]
+
+
+def window(
+    blk: Block | None,
+    notes: tuple[str, ...] | list[str],
+    pos: tuple[np.ndarray, np.ndarray],
+    titles: tuple[str, str],
+    rows: tuple[int, int] | None,
+    keys: tuple[int, int] | None,
+) -> Window:
+    """The rows and columns of query positions ``rows`` and key positions ``keys`` (a self-attention map's keys
+    take ``rows`` unless given); ``titles``: the (query, key) axes' names, for the title."""
+    q_pos, k_pos = pos
+    self_map = blk is not None and blk.kind == "self"
+    if keys is None and self_map:
+        keys = rows
+    q = _kept(q_pos, rows, "query", "--span", _clip_window(blk, notes, 0)) if rows is not None else None
+    if q is None:
+        q = np.ones(len(q_pos), bool)
+    k_flag = "--key-span" if keys != rows or not self_map else "--span"
+    k = _kept(k_pos, keys, "key", k_flag, _clip_window(blk, notes, 1)) if keys else None
+    if k is None:
+        k = np.ones(len(k_pos), bool)
+    said = []
+    if rows is not None:
+        lo, hi = _within(rows, q_pos)
+        said.append(f"positions {lo}–{hi}" if keys == rows else f"{titles[0]} {lo}–{hi}")
+    if keys is not None and keys != rows:
+        lo, hi = _within(keys, k_pos)
+        said.append(f"{titles[1]} {lo}–{hi}")
+    return Window(q, k, said)
+
+
 def span_map(mv: MapView, rows: tuple[int, int] | None, keys: tuple[int, int] | None = None) -> MapView:
     """``mv`` cut to query positions ``rows`` and key positions ``keys`` (inclusive; None: all, except a
     self-attention map's keys, which take ``rows``), its title saying which."""
     if rows is None and keys is None:
         return mv
-    self_map = mv.block is not None and mv.block.kind == "self"
-    if keys is None and self_map:
-        keys = rows
-    q = _kept(mv.q_pos, rows, "query", "--span", _clip_window(mv, 0)) if rows is not None else None
-    if q is None:
-        q = np.ones(len(mv.q_pos), bool)
-    k_flag = "--key-span" if keys != rows or not self_map else "--span"
-    k = _kept(mv.k_pos, keys, "key", k_flag, _clip_window(mv, 1)) if keys else None
-    if k is None:
-        k = np.ones(len(mv.k_pos), bool)
-    said = []
-    if rows is not None:
-        lo, hi = _within(rows, mv.q_pos)
-        said.append(f"positions {lo}–{hi}" if keys == rows else f"{mv.y_title} {lo}–{hi}")
-    if keys is not None and keys != rows:
-        lo, hi = _within(keys, mv.k_pos)
-        said.append(f"{mv.x_title} {lo}–{hi}")
+    win = window(mv.block, mv.notes, (mv.q_pos, mv.k_pos), (mv.y_title, mv.x_title), rows, keys)
+    q, k, said = win.q, win.k, win.said
     qi, ki = np.nonzero(q)[0], np.nonzero(k)[0]
     row_tops = whole_row_tops(mv)[qi] if row_stretched(mv) else None  # (each row over its whole row's top)
     return replace(
