@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from attnviz.core.notice import say
-from attnviz.core.numbers import as_typed_arg
+from attnviz.core.numbers import as_typed_arg, spelled
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, LINK_CUTS, SCALES
 from attnviz.runtime.commands.common import (
     GENERATE_HELP,
@@ -485,6 +485,22 @@ def run(args) -> int:
             win.session.select(**(asked | {"block": block} if "block" in asked else asked))  # a name: its index
 
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
+    if args.max_seconds:
+
+        def sound_read():
+            # the max seconds field is a speech model's only: for any other model its value was dropped unsaid
+            # (`extract` and `figure` refuse it in the runtime: builders._audio)
+            win.result_shown.disconnect(sound_read)
+            from attnviz.app.rules import takes_audio
+
+            model = win.session.model
+            if model is not None and not takes_audio(model):
+                win.show_error(
+                    f"--max-seconds {spelled(args.max_seconds)}: {model.path.name} takes no sound to cut; leave it out",
+                    param="max_seconds",
+                )
+
+        win.result_shown.connect(sound_read)
     values = input_values(args)
     taker = ScreenshotTaker(win, Path(args.screenshot), args.view) if args.screenshot else None
     from attnviz.gui import restore
