@@ -88,7 +88,7 @@ def tick_indices(n: int, fit: int, focus: int | None = None) -> list[int]:
 POSITION_MARK = " ·"  # between a thinned label's token and its position: "the ·1023"
 
 
-def tick_texts(labels: list[str], positions, shown: list[int], among: int) -> list[str]:
+def tick_texts(labels: list[str], positions: np.ndarray | list[int] | None, shown: list[int], among: int) -> list[str]:
     """The texts of the ticks ``shown`` (indices into ``labels``) on an axis that holds ``among`` positions.
 
     Where every position is labelled, each tick is its token.  Where the labels are thinned, each also says its

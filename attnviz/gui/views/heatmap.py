@@ -51,7 +51,8 @@ class TokenAxis(pg.AxisItem):
 
     def set_labels(self, labels: list[str], positions=None) -> None:
         pos = None if positions is None else np.asarray(positions)
-        same_pos = (pos is None) == (self.positions is None) and (pos is None or np.array_equal(pos, self.positions))
+        held = self.positions
+        same_pos = pos is None and held is None or (pos is not None and held is not None and np.array_equal(pos, held))
         if list(labels) == self.labels and same_pos:
             return  # same tokens: keep the cached axis picture
         self.labels = list(labels)
@@ -61,7 +62,8 @@ class TokenAxis(pg.AxisItem):
         if self.orientation in ("top", "bottom"):
             # the first and last labels are centred on the edge cells: let them reach past the axis ends
             # (pyqtgraph hides labels that leave the axis rectangle)
-            self.setStyle(hideOverlappingLabels=int(self._longest / 2 + 4))
+            # (pyqtgraph measures a label level, an upright one too: a thinned label's position widens it)
+            self.setStyle(hideOverlappingLabels=int((self._longest + self._position_px()) / 2 + 4))
         self.picture = None
         self.update()
 
@@ -77,10 +79,17 @@ class TokenAxis(pg.AxisItem):
         font = self.style["tickFont"] or QFont()
         widest = max((QFontMetrics(font).boundingRect(s).width() for s in self.labels), default=0)
         # thinned (or more than any screen labels), a label says its position too: " ·2047"
-        if self.positions is not None and len(self.positions) and (self._thinned or self._beyond_screen()):
-            widest += QFontMetrics(font).horizontalAdvance(f"{vm.POSITION_MARK}{int(np.max(self.positions))}")
+        if self._thinned or self._beyond_screen():
+            widest += self._position_px(font)
         w = max(self.textWidth, widest + 2) + self.style["tickTextOffset"][0] + max(0, self.style["tickLength"])
         return w + (self.label.boundingRect().height() * 0.8 if self.label.isVisible() else 0)
+
+    def _position_px(self, font: QFont | None = None) -> int:
+        """Pixels a thinned label grows by for its position (" ·2047"); 0 without positions."""
+        if self.positions is None or not len(self.positions):
+            return 0
+        fm = self._fm if font is None else QFontMetrics(font)
+        return fm.horizontalAdvance(f"{vm.POSITION_MARK}{int(np.max(self.positions))}")
 
     def _beyond_screen(self) -> bool:
         return len(self.labels) * self._label_px() > screen_cells()
@@ -143,7 +152,13 @@ class TokenAxis(pg.AxisItem):
         # (called with tickValues' ticks: a thinned pick's labels say their positions, vm.tick_texts)
         n = len(self.labels)
         shown = [int(v) for v in values if 0 <= int(v) < n]
-        texts = iter(self.texts(shown, len(shown) + 1 if self._thinned else len(shown)))
+        said = self.texts(shown, len(shown) + 1 if self._thinned else len(shown))
+        if self._thinned and self.orientation in ("left", "right") and said:
+            # pyqtgraph drops a label wider than the band and grows the band only to the labels it drew: a
+            # position's digits ("a ·187" drawn, "sat ·1200" not) would wait for labels that never come
+            font = self.style["tickFont"] or QFont()
+            self._updateMaxTextSize(max(QFontMetrics(font).boundingRect(s).width() for s in said))
+        texts = iter(said)
         return [next(texts) if 0 <= int(v) < n else "" for v in values]
 
     def texts(self, shown: list[int], among: int) -> list[str]:
