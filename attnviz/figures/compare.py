@@ -71,8 +71,8 @@ def draw_compare(result_a: AttentionResult, result_b: AttentionResult, sel: vm.S
         else:
             cmap, norm = _cmap(style, "heatmap"), _norm(style, log, mv.vmax)
         im = as_cells(ax.imshow(vm.drawn_cells(mv), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"))
-        token_ticks(ax, "x", display_labels(mv.k_labels), mv.k_special, panel_w, fs)
-        token_ticks(ax, "y", display_labels(mv.q_labels), mv.q_special, map_h, fs)
+        token_ticks(ax, "x", display_labels(mv.k_labels), mv.k_special, panel_w, fs, positions=mv.k_pos)
+        token_ticks(ax, "y", display_labels(mv.q_labels), mv.q_special, map_h, fs, positions=mv.q_pos)
         ax.tick_params(which="major", labelleft=i == 0)
         ax.set_xlabel(mv.x_title, fontsize=fs, labelpad=2)
         if i == 0:

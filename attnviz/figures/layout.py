@@ -16,7 +16,7 @@ from matplotlib.markers import TICKDOWN, TICKLEFT, MarkerStyle
 
 from attnviz.core.attention import AttentionResult
 from attnviz.core.rows import score_text
-from attnviz.core.view import clean_label, frame_step, tick_indices, time_tick_indices
+from attnviz.core.view import clean_label, frame_step, tick_indices, tick_texts, time_tick_indices
 from attnviz.figures.spec import FigureStyle
 
 LINE = 1.4  # label pitch in font sizes used when a figure is sized to its labels
@@ -81,17 +81,20 @@ def token_ticks(
     fs: float,
     rotation=90,
     focus: int | None = None,
+    positions=None,
 ):
     """Real-text tick labels along ``which`` ('x'|'y'); when they would overlap, the view model's rule
     (:func:`attnviz.core.view.tick_indices`: first, last, an even stride, the focused token; an audio encoder's
-    frames at round times, :func:`attnviz.core.view.time_tick_indices`)."""
+    frames at round times, :func:`attnviz.core.view.time_tick_indices`).  ``positions``: each label's position
+    in the map; a thinned token axis's labels say theirs (:func:`attnviz.core.view.tick_texts`: "the ·1023"),
+    a time axis's labels are already where they sit."""
     n = len(labels)
     fit = max(2, int(length_in / (fs * FIT * PT) + 1e-6))
     step = frame_step(labels)  # an audio encoder's frames: ticks at round times (0.5 s, 1 s, 5 s by the span)
     if step is not None and which == "x" and rotation == 0:  # times read level: as many as fit side by side
         fit = max(2, int(length_in / time_label_in(labels, fs) + 1e-6))
     pos = tick_indices(n, fit, focus) if step is None else time_tick_indices(0, n - 1, step, fit, focus)
-    texts = [labels[i] for i in pos]
+    texts = tick_texts(labels, positions if step is None else None, pos, n)
     axis = ax.xaxis if which == "x" else ax.yaxis
     # the ticks' look set once, before they exist: matplotlib makes each new tick from these settings, where set
     # after it re-applied them to every tick (a tick is five artists; a 64-patch axis drew 64)

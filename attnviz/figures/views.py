@@ -74,6 +74,14 @@ def _long_keys(nq: int, nk: int, times: bool, pitch: float) -> bool:
     return nk >= LONG_KEYS_RATIO * nq and (times or nk * pitch > 2 * WIDEST_IN)
 
 
+def _position_in(pos, fs: float, n: int) -> float:
+    """Inches an axis's labels grow by for their positions (" ·2047") where its ``n`` tokens are more than the
+    widest page labels (thinned however it is sized; the layout engine makes room for the rest)."""
+    if pos is None or not len(pos) or n * fs * FIT * PT <= WIDEST_IN:
+        return 0.0
+    return text_width_pt(f"{vm.POSITION_MARK}{int(np.max(pos))}", fs) * PT
+
+
 def _heatmap_figure(
     spec: FigureStyle,
     log: bool,
@@ -92,8 +100,10 @@ def _heatmap_figure(
     cmap=None,
     norm=None,
     series_title: str = "value",
+    positions: tuple[np.ndarray, np.ndarray] | None = None,
 ):
-    """``series``: a time series' value per key column, plotted above the map on the same columns (the screen's
+    """``positions``: the (query, key) positions of the rows and columns, which a thinned axis's labels say.
+    ``series``: a time series' value per key column, plotted above the map on the same columns (the screen's
     Head map draws the same), its axis titled ``series_title``.  ``cmap`` / ``norm``: a signed map's diverging colours and symmetric range (default:
     the style's map colours, the weights' range)."""
     fs = float(spec.font_size)
@@ -102,8 +112,10 @@ def _heatmap_figure(
     times = vm.frame_step(k_labels) is not None  # the keys are a sound's frames, labelled at round times
     long_keys = _long_keys(nq, nk, times, pitch) and q_labels != k_labels
     level = long_keys and times  # a long time axis under few rows: its times read level, as a time axis's do
-    ylab_in = text_width_in(q_labels, fs) + 0.3  # y tick labels + axis label
-    xlab_in = (pitch if level else text_width_in(k_labels, fs)) + 0.3
+    q_pos, k_pos = positions if positions is not None else (None, None)
+    # tick labels + axis title; an axis with more tokens than any page labels says their positions too ("the ·1023")
+    ylab_in = text_width_in(q_labels, fs) + _position_in(q_pos, fs, nq) + 0.3
+    xlab_in = (pitch if level else text_width_in(k_labels, fs) + _position_in(k_pos, fs, nk)) + 0.3
     frame_w = ylab_in + CBAR_IN + 0.1
     fixed = spec.fixed_width
     if fixed is not None:
@@ -161,8 +173,8 @@ def _heatmap_figure(
         cbar_label += vm.pool_note(fq, fk)
     if q_labels == k_labels and sax is None:  # square cells exactly (the sizes above are estimates of the frame)
         ax.set_aspect("equal", adjustable="box")
-    token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, rotation=0 if level else 90, focus=None)
-    token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
+    token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, rotation=0 if level else 90, focus=None, positions=k_pos)
+    token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row, positions=q_pos)
     ax.set_xlabel(xlabel, fontsize=fs, labelpad=2)
     ax.set_ylabel(ylabel, fontsize=fs, labelpad=2)
     for s in ax.spines.values():
@@ -239,6 +251,7 @@ def _map_figure(
         mv.k_values,
         **signed,
         series_title=mv.k_values_title,
+        positions=(mv.q_pos, mv.k_pos),
     )
     dark = vm.dark_note(mv, log)
     if dark:  # said by `figure` once the figure is written (figure_notes)

@@ -33,6 +33,18 @@ TARGET_GEN = ["the", "house", "is", "small", "</s>"]
 CAPTION = ["a", "red", "square", "</s>"]
 
 
+LONG_WORDS = ["the", "cat", "sat", "on", "a", "mat", "$5"]
+LONG_SPECIAL = {"[CLS]", "[SEP]"}
+
+
+def long_tokens(n: int = 1200) -> list[str]:
+    """A long sentence: [CLS], ``n`` words, [SEP], and a [SEP] mid-sequence at position 500 (hidden with the
+    special tokens, the positions after it keep their numbers)."""
+    toks = ["[CLS]"] + [LONG_WORDS[i % len(LONG_WORDS)] for i in range(n)] + ["[SEP]"]
+    toks[500] = "[SEP]"
+    return toks
+
+
 def text_result(n_layers=2, heads=3, tokens=TEXT_TOKENS, seed=0):
     rng = np.random.default_rng(seed)
     t = len(tokens)

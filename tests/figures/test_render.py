@@ -105,7 +105,9 @@ def test_long_input_thins_labels_but_keeps_them_text():
     result = text_result(n_layers=1, heads=1, tokens=toks)
     fig = render_spec(result, FigureSpec(width="single", dpi=72))
     texts = svg_texts(figure_bytes(fig, "svg"))
-    shown = [t for t in texts if re.fullmatch(r"w\d+", t)]
+    said = [m.groups() for m in (re.fullmatch(r"(w\d+) ·(\d+)", t) for t in texts) if m]
+    assert all(word == f"w{pos}" for word, pos in said)  # a thinned label says its position: token wN sits at N
+    shown = [word for word, _ in said]
     assert 10 <= len(shown) < 200  # thinned on both axes
     assert "w0" in shown and "w199" in shown  # the first and the last token are always labelled
     # every k-th label with a regular step (a label less than a step from the last one makes way: no overlap)

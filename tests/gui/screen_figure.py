@@ -90,10 +90,12 @@ def check_map(hm, fig, top: float | None | bool = False):
     assert fig_ticks == gui_ticks and fig_ticks[-1] == f"{(10.0**hi if hm.log else hi):.3g}".rstrip(".")
     assert ax.get_xlabel() == mv.x_title == hm.plot.getPlotItem().getAxis("bottom").labelText
     assert ax.get_ylabel() == mv.y_title == hm.plot.getPlotItem().getAxis("left").labelText
-    for axis, labels in ((ax.xaxis, hm.x_axis.labels), (ax.yaxis, hm.y_axis.labels)):
+    for axis, screen in ((ax.xaxis, hm.x_axis), (ax.yaxis, hm.y_axis)):
+        labels = screen.labels
         ticks = [int(round(t)) for t in axis.get_majorticklocs()]
         texts = [unescape(t.get_text()) for t in axis.get_majorticklabels()]
-        assert texts == [labels[i] for i in ticks]
+        # the screen's words for the figure's picks: each token, a thinned axis's with its position ("the ·1023")
+        assert texts == screen.texts(ticks, len(labels))
         assert ticks[0] == 0 and ticks[-1] == len(labels) - 1  # first and last always labelled
 
 

@@ -106,11 +106,13 @@ from attnviz.core.view.image_from import (
 from attnviz.core.view.image_heads import HeadsOverlay, heads_overlay, image_heads
 from attnviz.core.view.labels import (
     MAX_LABEL_CHARS,
+    POSITION_MARK,
     TITLE_SEP,
     clean_label,
     clean_labels,
     frame_step,
     tick_indices,
+    tick_texts,
     time_tick_indices,
     title_lines,
 )
@@ -435,6 +437,8 @@ __all__ = [
     "thumbnails",
     "thumbnails_kept",
     "tick_indices",
+    "tick_texts",
+    "POSITION_MARK",
     "time_tick_indices",
     "frame_step",
     "upsample",

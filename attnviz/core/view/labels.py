@@ -85,6 +85,22 @@ def tick_indices(n: int, fit: int, focus: int | None = None) -> list[int]:
     return sorted(keep | must)
 
 
+POSITION_MARK = " ·"  # between a thinned label's token and its position: "the ·1023"
+
+
+def tick_texts(labels: list[str], positions: np.ndarray | list[int] | None, shown: list[int], among: int) -> list[str]:
+    """The texts of the ticks ``shown`` (indices into ``labels``) on an axis that holds ``among`` positions.
+
+    Where every position is labelled, each tick is its token.  Where the labels are thinned, each also says its
+    position (``positions[i]``: the map's own, as ``--query`` / ``--span`` count them, hidden special tokens not
+    moving them): "the" at 1,023 or at 2,311 reads alike, and a window to ask for needs the numbers.  The position
+    follows the token, so it sits next to the axis: right-aligned on the y axis the numbers line up in one column,
+    rotated on the x axis they stand at the ticks.  ``positions`` None: the plain tokens (an axis without them)."""
+    if positions is None or len(shown) >= among:
+        return [labels[i] for i in shown]
+    return [f"{labels[i]}{POSITION_MARK}{int(positions[i])}" for i in shown]
+
+
 # an audio axis's tick strides in seconds: a reader counts time in round steps (0.5 s, 1 s, 5 s), never the 0.78 s or
 # 0.84 s that an even stride of 20 ms frames makes
 TIME_STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)

@@ -40,6 +40,8 @@ class TokenAxis(pg.AxisItem):
     def __init__(self, orientation, **kw):
         super().__init__(orientation, **kw)
         self.labels: list[str] = []
+        self.positions: np.ndarray | None = None  # each label's position in the map (what --query/--span count)
+        self._thinned = False  # the labels last picked are fewer than the positions in view: they say positions
         self.focus: int | None = None
         self.enableAutoSIPrefix(False)
         self._fm = QFontMetrics(QFont())
@@ -47,16 +49,21 @@ class TokenAxis(pg.AxisItem):
         self.rotated = False  # bottom labels drawn upright (reading upwards)
         self._step: float | None = None
 
-    def set_labels(self, labels: list[str]) -> None:
-        if list(labels) == self.labels:
+    def set_labels(self, labels: list[str], positions=None) -> None:
+        pos = None if positions is None else np.asarray(positions)
+        held = self.positions
+        same_pos = pos is None and held is None or (pos is not None and held is not None and np.array_equal(pos, held))
+        if list(labels) == self.labels and same_pos:
             return  # same tokens: keep the cached axis picture
         self.labels = list(labels)
+        self.positions = pos
         self._step = vm.frame_step(self.labels)  # seconds per frame where they are a clip's frames, else None
         self._longest = max((self._fm.horizontalAdvance(s) for s in self.labels), default=10)
         if self.orientation in ("top", "bottom"):
             # the first and last labels are centred on the edge cells: let them reach past the axis ends
             # (pyqtgraph hides labels that leave the axis rectangle)
-            self.setStyle(hideOverlappingLabels=int(self._longest / 2 + 4))
+            # (pyqtgraph measures a label level, an upright one too: a thinned label's position widens it)
+            self.setStyle(hideOverlappingLabels=int((self._longest + self._position_px()) / 2 + 4))
         self.picture = None
         self.update()
 
@@ -71,8 +78,21 @@ class TokenAxis(pg.AxisItem):
         widest label measured, where pyqtgraph grows the band to the widest it has drawn so far)."""
         font = self.style["tickFont"] or QFont()
         widest = max((QFontMetrics(font).boundingRect(s).width() for s in self.labels), default=0)
+        # thinned (or more than any screen labels), a label says its position too: " ·2047"
+        if self._thinned or self._beyond_screen():
+            widest += self._position_px(font)
         w = max(self.textWidth, widest + 2) + self.style["tickTextOffset"][0] + max(0, self.style["tickLength"])
         return w + (self.label.boundingRect().height() * 0.8 if self.label.isVisible() else 0)
+
+    def _position_px(self, font: QFont | None = None) -> int:
+        """Pixels a thinned label grows by for its position (" ·2047"); 0 without positions."""
+        if self.positions is None or not len(self.positions):
+            return 0
+        fm = self._fm if font is None else QFontMetrics(font)
+        return fm.horizontalAdvance(f"{vm.POSITION_MARK}{int(np.max(self.positions))}")
+
+    def _beyond_screen(self) -> bool:
+        return len(self.labels) * self._label_px() > screen_cells()
 
     def _label_px(self, upright: bool = False) -> float:
         if self.orientation in ("left", "right") or upright:
@@ -97,9 +117,12 @@ class TokenAxis(pg.AxisItem):
             self.rotated = fit < visible  # side by side they would be thinned: stand them upright
             fit = int(px / self._label_px(self.rotated))
         if self._step is not None:  # a clip's frames: ticks at round times (0.5 s, 1 s...), not every 39th frame
+            self._thinned = False  # (a time is where it sits)
             return vm.time_tick_indices(lo, hi, self._step, fit, self.focus)
         focus = self.focus - lo if self.focus is not None and lo <= self.focus <= hi else None
-        return [lo + i for i in vm.tick_indices(visible, fit, focus)]
+        picked = [lo + i for i in vm.tick_indices(visible, fit, focus)]
+        self._thinned = len(picked) < visible
+        return picked
 
     def fit_labels(self) -> None:
         """Draw the axis's picture now, as its paint would, sizing the axis for its labels at its present range and
@@ -126,7 +149,22 @@ class TokenAxis(pg.AxisItem):
         return [(1.0, [i + 0.5 for i in self.shown(minVal, maxVal, size)])]
 
     def tickStrings(self, values, scale, spacing):
-        return [self.labels[int(v)] if 0 <= int(v) < len(self.labels) else "" for v in values]
+        # (called with tickValues' ticks: a thinned pick's labels say their positions, vm.tick_texts)
+        n = len(self.labels)
+        shown = [int(v) for v in values if 0 <= int(v) < n]
+        said = self.texts(shown, len(shown) + 1 if self._thinned else len(shown))
+        if self._thinned and self.orientation in ("left", "right") and said:
+            # pyqtgraph drops a label wider than the band and grows the band only to the labels it drew: a
+            # position's digits ("a ·187" drawn, "sat ·1200" not) would wait for labels that never come
+            font = self.style["tickFont"] or QFont()
+            self._updateMaxTextSize(max(QFontMetrics(font).boundingRect(s).width() for s in said))
+        texts = iter(said)
+        return [next(texts) if 0 <= int(v) < n else "" for v in values]
+
+    def texts(self, shown: list[int], among: int) -> list[str]:
+        """The tick texts of labels ``shown`` where the axis holds ``among`` positions in view (a clip's frame
+        times never: they say where they sit)."""
+        return vm.tick_texts(self.labels, self.positions if self._step is None else None, shown, among)
 
     def generateDrawSpecs(self, p):
         axis_spec, tick_specs, text_specs = super().generateDrawSpecs(p)
@@ -311,8 +349,8 @@ class HeatmapWidget(QWidget):
         self._stretch_timer.stop()
         self.cells = vm.drawn_cells(mv)  # the weights, or on the row scale each row over its maximum
         self._levels = self._wanted_levels()  # (after the range: a kept zoom keeps its window's top)
-        self.x_axis.set_labels(mv.k_labels)
-        self.y_axis.set_labels(mv.q_labels)
+        self.x_axis.set_labels(mv.k_labels, mv.k_pos)
+        self.y_axis.set_labels(mv.q_labels, mv.q_pos)
         pi = self.plot.getPlotItem()
         titles = (mv.x_title, mv.y_title)
         if titles != self._titles:  # an axis forgets its cached picture when its title is set, same or not
