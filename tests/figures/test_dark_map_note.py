@@ -83,3 +83,21 @@ def test_the_window_shows_it_above_the_head_map_in_its_own_words(qtbot):
     assert "--" not in text and "each row stretched to its maximum" in text  # the window's box, no flag
     session.select(scale="row")
     assert not view.dark_label.isVisible()
+
+
+def test_a_long_map_is_read_in_whole_rows_and_its_share_stays_the_maps():
+    """Past SAMPLED_CELLS the note reads evenly spaced whole rows (a head switch at 4,096 tokens scanned 16 M cells):
+    the share said stays within a point of the whole map's, counted by hand, and a previous-token map (its weight
+    one cell off the diagonal, which a strided grid of cells would miss) reads as the bright line it is."""
+    n = 700  # 490,000 cells: every other row read
+    assert n * n > vm.dark.SAMPLED_CELLS
+    sel = vm.Selection(block=0, layer=0, head=0, mode="head")
+    note = vm.dark_note(vm.head_map(causal_uniform(n=n), sel), log=False)
+    assert note is not None
+    said = float(note.split("%")[0])
+    assert abs(said - 100 * hand_share(n)) < 1.0, (said, hand_share(n))
+    shifted = causal_uniform(n=n)
+    shifted.maps[0].array()[:] = (
+        np.eye(n, k=-1, dtype=np.float32) + np.eye(n, k=0, dtype=np.float32) * (np.arange(n) == 0)[:, None]
+    )
+    assert vm.dark_note(vm.head_map(shifted, sel), log=False) is None
